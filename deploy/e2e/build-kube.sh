@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Build pinned upstream kube-apiserver, kube-scheduler and etcd from the Go
+# module proxy, for the end-to-end tests (tests/e2e). Needs only Go and the
+# module proxy: no git, no GitHub, no dl.k8s.io, no C compiler.
+#
+# Output is cached outside the source tree:
+#   ${GPUSLICE_KUBE_CACHE:-$HOME/.cache/gpuslice/kube}/<k8s>-<etcd>/bin/
+# A second run finds the binaries and returns at once. The last line on stdout
+# is always the bin dir; progress goes to stderr.
+set -euo pipefail
+
+KUBE_VERSION="v1.34.4"  # k8s.io/kubernetes; staging modules are v0.<minor>.<patch>
+ETCD_VERSION="v3.6.16"  # go.etcd.io/etcd/server/v3 (its main package is the etcd binary)
+
+CACHE_ROOT="${GPUSLICE_KUBE_CACHE:-${HOME}/.cache/gpuslice/kube}"
+DEST="${CACHE_ROOT}/${KUBE_VERSION}-${ETCD_VERSION}"
+BINARIES=(etcd kube-apiserver kube-scheduler)
+
+log() { printf '[build-kube] %s\n' "$*" >&2; }
+
+have_all() {
+  local b
+  for b in "${BINARIES[@]}"; do
+    [[ -x "${DEST}/bin/${b}" ]] || return 1
+  done
+}
+
+if have_all; then
+  echo "${DEST}/bin"
+  exit 0
+fi
+
+GO="${GO:-$(command -v go || true)}"
+if [[ -z "${GO}" && -x /usr/local/go/bin/go ]]; then
+  GO=/usr/local/go/bin/go
+fi
+if [[ -z "${GO}" ]]; then
+  log "go not found on PATH (nor /usr/local/go/bin/go); set GO=/path/to/go"
+  exit 1
+fi
+log "using $("${GO}" version)"
+
+mkdir -p "${CACHE_ROOT}"
+
+# Serialise concurrent builds (e.g. two test sessions starting together).
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"${CACHE_ROOT}/.build.lock"
+  flock 9
+  if have_all; then
+    echo "${DEST}/bin"
+    exit 0
+  fi
+fi
+
+# Build next to the destination so the final mv is an atomic rename.
+WORK="$(mktemp -d "${CACHE_ROOT}/.build.XXXXXX")"
+cleanup() { chmod -R u+w "${WORK}" 2>/dev/null || true; rm -rf "${WORK}"; }
+trap cleanup EXIT
+
+# Static binaries: no C toolchain needed, and they run anywhere.
+export CGO_ENABLED=0
+# k8s.io/kubernetes ships a go.work that points into staging/; ignore it.
+export GOWORK=off
+export GOFLAGS="${GOFLAGS:-} -mod=mod -buildvcs=false"
+
+# Print the extracted module directory of MODULE@VERSION (downloading it).
+module_dir() {
+  local json dir
+  json="$("${GO}" mod download -json "$1")"
+  dir="$(printf '%s\n' "${json}" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+  if [[ -z "${dir}" || ! -d "${dir}" ]]; then
+    log "go mod download $1 failed:"
+    printf '%s\n' "${json}" >&2
+    return 1
+  fi
+  printf '%s\n' "${dir}"
+}
+
+# Copy a read-only module cache dir to a writable place and drop its local
+# `replace` directives (single-line and block form) pointing at ./ or ../.
+writable_copy() {
+  local src="$1" dst="$2"
+  cp -R "${src}" "${dst}"
+  chmod -R u+w "${dst}"
+  awk '
+    /^replace[[:space:]]*\($/ { inblock = 1; next }
+    inblock && /^\)$/         { inblock = 0; next }
+    inblock                   { next }
+    /^replace[[:space:]]/     { next }
+    { print }
+  ' "${dst}/go.mod" >"${dst}/go.mod.new"
+  mv "${dst}/go.mod.new" "${dst}/go.mod"
+}
+
+# ---------------------------------------------------------------- kubernetes
+STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
+log "downloading k8s.io/kubernetes@${KUBE_VERSION}"
+KSRC="$(module_dir "k8s.io/kubernetes@${KUBE_VERSION}")"
+writable_copy "${KSRC}" "${WORK}/kubernetes"
+# Staging modules are required as v0.0.0 (satisfied by the replaces we
+# dropped); require the published versions instead.
+staging=$(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "${KSRC}/go.mod")
+if [[ -z "${staging}" ]]; then
+  log "no staging replace directives found in k8s.io/kubernetes go.mod; layout changed?"
+  exit 1
+fi
+edits=()
+for m in ${staging}; do
+  edits+=("-require=${m}@${STAGING_VERSION}")
+done
+(cd "${WORK}/kubernetes" && "${GO}" mod edit "${edits[@]}")
+
+KV="${KUBE_VERSION#v}"
+KMAJOR="${KV%%.*}"
+KMINOR="${KV#*.}"
+KMINOR="${KMINOR%%.*}"
+BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+KLDFLAGS="-s -w"
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  KLDFLAGS+=" -X ${pkg}.gitVersion=${KUBE_VERSION}"
+  KLDFLAGS+=" -X ${pkg}.gitMajor=${KMAJOR} -X ${pkg}.gitMinor=${KMINOR}"
+  KLDFLAGS+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${BUILD_DATE}"
+done
+
+mkdir -p "${WORK}/out/bin"
+log "building kube-apiserver and kube-scheduler ${KUBE_VERSION} (cold: 10-25 min on 2 cores)"
+(cd "${WORK}/kubernetes" &&
+  "${GO}" build -trimpath -ldflags "${KLDFLAGS}" -o "${WORK}/out/bin/" \
+    ./cmd/kube-apiserver ./cmd/kube-scheduler)
+
+# ---------------------------------------------------------------------- etcd
+log "downloading go.etcd.io/etcd/server/v3@${ETCD_VERSION}"
+ESRC="$(module_dir "go.etcd.io/etcd/server/v3@${ETCD_VERSION}")"
+writable_copy "${ESRC}" "${WORK}/etcd-server"
+# The sibling modules (api, client/pkg, client/v3, pkg) are already required
+# at ${ETCD_VERSION}; without the ../ replaces they come from the proxy.
+log "building etcd ${ETCD_VERSION}"
+(cd "${WORK}/etcd-server" &&
+  "${GO}" build -trimpath -ldflags "-s -w" -o "${WORK}/out/bin/etcd" .)
+
+for b in "${BINARIES[@]}"; do
+  [[ -x "${WORK}/out/bin/${b}" ]] || { log "missing ${b} after build"; exit 1; }
+done
+
+# Atomic publish: rename a complete dir into place.
+rm -rf "${DEST}"
+mv "${WORK}/out" "${DEST}"
+log "built into ${DEST}/bin"
+echo "${DEST}/bin"

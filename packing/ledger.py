@@ -1,0 +1,498 @@
+"""The cluster ledger: GPUs per node, free capacity, and the allocation of every claim.
+
+Invariants (checked by ``verify`` and the stateful property tests):
+
+* a GPU is never over-committed: 0 <= free <= capacity, in milli and in MiB;
+* every unit is accounted once: free + sum of allocations on a GPU = its capacity;
+* the free-capacity indexes always equal a recomputation from the GPUs;
+* every operation is all-or-nothing: one that raises leaves the ledger unchanged;
+* ``release(place(x))`` restores the exact ledger.
+
+Best fit is a logarithmic look-up: GPUs sit in a ``SortedList`` per model, keyed by
+(free milli, free milli of their node, node order, GPU index), so the first key at or above a
+request's size is the tightest GPU, with ties going to the fullest node, then a stable order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from packing.products import MILLI_PER_GPU, Request
+from packing.record import AllocationRecord
+
+
+class LedgerError(Exception):
+    """An operation the ledger refuses; the ledger is unchanged."""
+
+
+class NoFit(LedgerError):
+    """The request fits nowhere it was allowed to go."""
+
+    def __init__(self, message: str, misfits: dict[str, Misfit] | None = None) -> None:
+        super().__init__(message)
+        self.misfits = misfits or {}
+
+
+class UnknownClaim(LedgerError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown claim"
+
+
+@dataclass(slots=True)
+class Gpu:
+    uuid: str
+    node: str
+    index: int
+    model: str
+    milli: int
+    memory_mib: int
+    free_milli: int
+    free_mib: int
+
+    @property
+    def empty(self) -> bool:
+        return self.free_milli == self.milli and self.free_mib == self.memory_mib
+
+
+@dataclass(slots=True)
+class Node:
+    name: str
+    order: int
+    gpus: list[Gpu]
+    cpu_milli: int | None  # None: not tracked (the extender leaves CPU/RAM to kube-scheduler)
+    memory_mib: int | None
+    free_cpu: int = 0
+    free_mem: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def free_gpu_milli(self) -> int:
+        return sum(g.free_milli for g in self.gpus)
+
+    @property
+    def free_whole(self) -> int:
+        return sum(1 for g in self.gpus if g.empty)
+
+    def largest_free_milli(self, request: Request | None = None) -> int:
+        sizes = [g.free_milli for g in self.gpus if request is None or request.accepts_model(g.model)]
+        return max(sizes, default=0)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuShare:
+    uuid: str
+    milli: int
+    memory_mib: int
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One claim's hold on the ledger; ``expires_at`` is set while it is only reserved."""
+
+    claim: str
+    node: str
+    shares: tuple[GpuShare, ...]
+    request: Request
+    expires_at: float | None = None
+
+    @property
+    def reserved(self) -> bool:
+        return self.expires_at is not None
+
+    @property
+    def gpus(self) -> tuple[str, ...]:
+        return tuple(s.uuid for s in self.shares)
+
+    def record(self) -> AllocationRecord:
+        return AllocationRecord(
+            claim_uid=self.claim,
+            node=self.node,
+            gpus=self.gpus,
+            product=self.request.product,
+            milli=self.request.milli,
+            memory_mib=self.request.memory_mib,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Misfit:
+    """Why a request does not fit on one node. ``resolvable``: could freeing capacity help?"""
+
+    code: str
+    message: str
+    resolvable: bool
+
+
+GpuKey = tuple[int, int, int, int, str]
+NodeKey = tuple[int, int, int, str]
+
+
+class Ledger:
+    """Free capacity and allocations of one cluster; single-threaded (callers lock)."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {}
+        self.gpus: dict[str, Gpu] = {}
+        self.allocations: dict[str, Allocation] = {}
+        self._gpu_index: dict[str, SortedList] = {}  # model -> GpuKey
+        self._whole_index: dict[str, SortedList] = {}  # model -> (free whole, free milli, order, node)
+        self._node_index: SortedList = SortedList()  # (free milli, order, name) for GPU-less requests
+        self._expiry: SortedList = SortedList()  # (expires_at, claim)
+        self._next_order = 0
+
+    # ---- inventory -------------------------------------------------------------------------
+
+    def add_node(
+        self,
+        name: str,
+        gpus: Iterable[tuple[str, str, int]] = (),
+        cpu_milli: int | None = None,
+        memory_mib: int | None = None,
+        order: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> Node:
+        """Add a node with ``gpus`` as (uuid, model, memory MiB); each card is 1000 milli."""
+        if not name:
+            raise LedgerError("a node needs a name")
+        if name in self.nodes:
+            raise LedgerError(f"node {name} is already in the ledger")
+        cards = list(gpus)
+        uuids = [u for u, _, _ in cards]
+        if len(set(uuids)) != len(uuids) or any(not u for u in uuids):
+            raise LedgerError(f"node {name}: GPU uuids must be unique and non-empty")
+        taken = [u for u in uuids if u in self.gpus]
+        if taken:
+            raise LedgerError(f"node {name}: GPU {taken[0]} already belongs to node {self.gpus[taken[0]].node}")
+        if any(mib < 0 for _, _, mib in cards) or (cpu_milli or 0) < 0 or (memory_mib or 0) < 0:
+            raise LedgerError(f"node {name}: capacities must not be negative")
+        if order is None:
+            order = self._next_order
+        self._next_order = max(self._next_order, order + 1)
+        node = Node(name, order, [], cpu_milli, memory_mib, cpu_milli or 0, memory_mib or 0, dict(labels or {}))
+        for i, (uuid, model, mib) in enumerate(cards):
+            node.gpus.append(Gpu(uuid, name, i, model, MILLI_PER_GPU, mib, MILLI_PER_GPU, mib))
+        self.nodes[name] = node
+        for g in node.gpus:
+            self.gpus[g.uuid] = g
+        self._index_node(node)
+        return node
+
+    def remove_node(self, name: str) -> list[Allocation]:
+        """Drop a node and every allocation on it; returns the dropped allocations."""
+        node = self._node(name)
+        dropped = [a for a in self.allocations.values() if a.node == name]
+        for a in dropped:
+            self._unapply(a)
+        self._unindex_node(node)
+        for g in node.gpus:
+            del self.gpus[g.uuid]
+        del self.nodes[name]
+        return dropped
+
+    def _node(self, name: str) -> Node:
+        try:
+            return self.nodes[name]
+        except KeyError:
+            raise LedgerError(f"node {name} is not in the ledger") from None
+
+    # ---- indexes ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _gpu_key(g: Gpu, node: Node, node_free: int) -> GpuKey:
+        return (g.free_milli, node_free, node.order, g.index, g.uuid)
+
+    def _index_node(self, node: Node) -> None:
+        free = node.free_gpu_milli
+        whole_by_model: dict[str, int] = {}
+        for g in node.gpus:
+            self._gpu_index.setdefault(g.model, SortedList()).add(self._gpu_key(g, node, free))
+            whole_by_model.setdefault(g.model, 0)
+            if g.empty:
+                whole_by_model[g.model] += 1
+        for model, whole in whole_by_model.items():
+            self._whole_index.setdefault(model, SortedList()).add((whole, free, node.order, node.name))
+        self._node_index.add((free, node.order, node.name))
+
+    def _unindex_node(self, node: Node) -> None:
+        free = node.free_gpu_milli
+        whole_by_model: dict[str, int] = {}
+        for g in node.gpus:
+            self._gpu_index[g.model].remove(self._gpu_key(g, node, free))
+            whole_by_model.setdefault(g.model, 0)
+            if g.empty:
+                whole_by_model[g.model] += 1
+        for model, whole in whole_by_model.items():
+            self._whole_index[model].remove((whole, free, node.order, node.name))
+        self._node_index.remove((free, node.order, node.name))
+
+    # ---- queries used by the policies -----------------------------------------------------
+
+    def models(self) -> list[str]:
+        return sorted(self._gpu_index)
+
+    def gpus_from(self, model: str, min_free_milli: int) -> Iterator[Gpu]:
+        """GPUs of ``model`` with at least ``min_free_milli`` free, tightest first (best fit)."""
+        index = self._gpu_index.get(model)
+        if index is None:
+            return
+        for key in index.irange((min_free_milli,)):
+            yield self.gpus[key[4]]
+
+    def gpus_from_largest(self, model: str, min_free_milli: int) -> Iterator[Gpu]:
+        """GPUs of ``model`` with at least ``min_free_milli`` free, loosest first (worst fit)."""
+        index = self._gpu_index.get(model)
+        if index is None:
+            return
+        for key in index.irange((min_free_milli,), reverse=True):
+            yield self.gpus[key[4]]
+
+    def nodes_with_whole(self, model: str, count: int) -> Iterator[Node]:
+        """Nodes with at least ``count`` empty cards of ``model``, fewest empty cards first."""
+        index = self._whole_index.get(model)
+        if index is None:
+            return
+        for key in index.irange((count,)):
+            yield self.nodes[key[3]]
+
+    def nodes_by_free_gpu(self) -> Iterator[Node]:
+        """All nodes, the least idle GPU capacity first (for GPU-less requests)."""
+        for key in self._node_index:
+            yield self.nodes[key[2]]
+
+    def host_fits(self, node: Node, request: Request) -> bool:
+        if node.cpu_milli is not None and request.cpu_milli > node.free_cpu:
+            return False
+        return node.memory_mib is None or request.host_memory_mib <= node.free_mem
+
+    @staticmethod
+    def gpu_fits(g: Gpu, request: Request) -> bool:
+        return (
+            g.free_milli >= request.milli
+            and g.free_mib >= request.memory_mib
+            and request.accepts_model(g.model)
+        )
+
+    def fitting_gpus(self, node: Node, request: Request) -> list[Gpu]:
+        """GPUs of ``node`` that could take one share of ``request`` (whole: empty cards)."""
+        if request.whole:
+            return [g for g in node.gpus if g.empty and request.accepts_model(g.model)
+                    and g.memory_mib >= request.memory_mib]
+        return [g for g in node.gpus if self.gpu_fits(g, request)]
+
+    def fits_on(self, node: Node, request: Request) -> bool:
+        if not self.host_fits(node, request):
+            return False
+        if request.gpu_less:
+            return True
+        return len(self.fitting_gpus(node, request)) >= request.count
+
+    def explain(self, request: Request, node_name: str) -> Misfit | None:
+        """Why ``request`` does not fit on ``node_name`` now, or None when it fits."""
+        node = self.nodes.get(node_name)
+        if node is None:
+            return Misfit("UnknownNode", f"gpuslice knows no GPUs on node {node_name}", False)
+        if node.cpu_milli is not None and request.cpu_milli > node.free_cpu:
+            resolvable = request.cpu_milli <= node.cpu_milli
+            return Misfit("InsufficientCPU", f"needs {request.cpu_milli}m CPU; {node.free_cpu}m free", resolvable)
+        if node.memory_mib is not None and request.host_memory_mib > node.free_mem:
+            resolvable = request.host_memory_mib <= node.memory_mib
+            return Misfit("InsufficientMemory",
+                          f"needs {request.host_memory_mib} MiB RAM; {node.free_mem} MiB free", resolvable)
+        if request.gpu_less:
+            return None
+        models = [g for g in node.gpus if request.accepts_model(g.model)]
+        if not models:
+            have = sorted({g.model for g in node.gpus}) or ["no GPUs"]
+            want = request.model or "any"
+            return Misfit("NoMatchingGPU", f"no {want} GPU on this node (has {', '.join(have)})", False)
+        big = [g for g in models if g.memory_mib >= request.memory_mib and g.milli >= request.milli]
+        if len(big) < request.count:
+            return Misfit("TooLarge", f"{request.describe()} is larger than this node's cards", False)
+        fitting = self.fitting_gpus(node, request)
+        if len(fitting) >= request.count:
+            return None
+        if request.whole:
+            return Misfit("NotEnoughWholeGPUs",
+                          f"needs {request.count} empty card(s); {len(fitting)} empty here", True)
+        largest = max(models, key=lambda g: (g.free_milli, g.free_mib))
+        if largest.free_milli >= request.milli:
+            return Misfit("NoGPUMemoryFree",
+                          f"needs {request.memory_mib} MiB on one GPU; largest free {largest.free_mib} MiB", True)
+        return Misfit("NoSliceFree",
+                      f"no GPU with {request.milli} milli free; largest free {largest.free_milli}", True)
+
+    # ---- mutations ---------------------------------------------------------------------------
+
+    def _apply(self, alloc: Allocation) -> None:
+        """Take ``alloc``'s shares off its node; caller has checked they fit."""
+        node = self.nodes[alloc.node]
+        self._unindex_node(node)
+        for s in alloc.shares:
+            g = self.gpus[s.uuid]
+            g.free_milli -= s.milli
+            g.free_mib -= s.memory_mib
+        if node.cpu_milli is not None:
+            node.free_cpu -= alloc.request.cpu_milli
+        if node.memory_mib is not None:
+            node.free_mem -= alloc.request.host_memory_mib
+        self._index_node(node)
+        self.allocations[alloc.claim] = alloc
+        if alloc.expires_at is not None:
+            self._expiry.add((alloc.expires_at, alloc.claim))
+
+    def _unapply(self, alloc: Allocation) -> None:
+        node = self.nodes[alloc.node]
+        self._unindex_node(node)
+        for s in alloc.shares:
+            g = self.gpus[s.uuid]
+            g.free_milli += s.milli
+            g.free_mib += s.memory_mib
+        if node.cpu_milli is not None:
+            node.free_cpu += alloc.request.cpu_milli
+        if node.memory_mib is not None:
+            node.free_mem += alloc.request.host_memory_mib
+        self._index_node(node)
+        del self.allocations[alloc.claim]
+        if alloc.expires_at is not None:
+            self._expiry.remove((alloc.expires_at, alloc.claim))
+
+    def assign(
+        self, claim: str, request: Request, node: str, gpus: tuple[str, ...], expires_at: float | None = None
+    ) -> Allocation:
+        """Put ``claim`` on exactly ``gpus`` of ``node`` (a decided placement, or a record read back)."""
+        if not claim:
+            raise LedgerError("a claim needs a uid")
+        if claim in self.allocations:
+            raise LedgerError(f"claim {claim} already holds an allocation on {self.allocations[claim].node}")
+        n = self._node(node)
+        if len(gpus) != request.count or len(set(gpus)) != len(gpus):
+            raise LedgerError(f"claim {claim}: {request.describe()} needs {request.count} distinct GPU(s)")
+        if not self.host_fits(n, request):
+            raise NoFit(f"claim {claim}: node {node} lacks CPU or memory for it")
+        for uuid in gpus:
+            g = self.gpus.get(uuid)
+            if g is None or g.node != node:
+                raise LedgerError(f"claim {claim}: GPU {uuid} is not on node {node}")
+            if not self.gpu_fits(g, request) or (request.whole and not g.empty):
+                raise NoFit(f"claim {claim}: GPU {uuid} has {g.free_milli} milli / {g.free_mib} MiB free, "
+                            f"needs {request.milli} / {request.memory_mib}")
+        shares = tuple(GpuShare(u, request.milli, request.memory_mib) for u in gpus)
+        alloc = Allocation(claim, node, shares, request, expires_at)
+        self._apply(alloc)
+        return alloc
+
+    def release(self, claim: str) -> Allocation:
+        """Give back ``claim``'s capacity (committed or reserved); returns what it held."""
+        alloc = self.allocations.get(claim)
+        if alloc is None:
+            raise UnknownClaim(f"claim {claim} holds no allocation")
+        self._unapply(alloc)
+        return alloc
+
+    def commit(self, claim: str) -> Allocation:
+        """Turn a reservation into a lasting allocation (idempotent for committed claims)."""
+        alloc = self.allocations.get(claim)
+        if alloc is None:
+            raise UnknownClaim(f"claim {claim} holds no allocation")
+        if alloc.expires_at is None:
+            return alloc
+        self._expiry.remove((alloc.expires_at, claim))
+        committed = Allocation(alloc.claim, alloc.node, alloc.shares, alloc.request, None)
+        self.allocations[claim] = committed
+        return committed
+
+    def extend(self, claim: str, expires_at: float) -> Allocation:
+        """Move a reservation's deadline; LedgerError for a committed claim."""
+        alloc = self.allocations.get(claim)
+        if alloc is None:
+            raise UnknownClaim(f"claim {claim} holds no allocation")
+        if alloc.expires_at is None:
+            raise LedgerError(f"claim {claim} is committed, not reserved")
+        self._expiry.remove((alloc.expires_at, claim))
+        renewed = Allocation(alloc.claim, alloc.node, alloc.shares, alloc.request, expires_at)
+        self.allocations[claim] = renewed
+        self._expiry.add((expires_at, claim))
+        return renewed
+
+    def expire(self, now: float) -> list[Allocation]:
+        """Cancel every reservation whose deadline is at or before ``now``."""
+        expired: list[Allocation] = []
+        while self._expiry and self._expiry[0][0] <= now:
+            _, claim = self._expiry[0]
+            expired.append(self.release(claim))
+        return expired
+
+    # ---- accounting ---------------------------------------------------------------------------
+
+    def capacity_milli(self, model: str | None = None) -> int:
+        return sum(g.milli for g in self.gpus.values() if model is None or g.model == model)
+
+    def free_milli(self, model: str | None = None) -> int:
+        return sum(g.free_milli for g in self.gpus.values() if model is None or g.model == model)
+
+    def free_slices(self, request: Request) -> int:
+        """How many more shares of ``request`` the ledger could hold right now (GPU-wise)."""
+        if request.gpu_less:
+            return 0
+        if request.whole:
+            return sum(
+                len([g for g in n.gpus if g.empty and request.accepts_model(g.model)]) // request.count
+                for n in self.nodes.values()
+            )
+        total = 0
+        for g in self.gpus.values():
+            if request.accepts_model(g.model):
+                by_milli = g.free_milli // request.milli
+                by_mib = g.free_mib // request.memory_mib if request.memory_mib else by_milli
+                total += min(by_milli, by_mib)
+        return total
+
+    def verify(self) -> None:
+        """Recompute everything from the allocations; AssertionError names the first mismatch."""
+        used: dict[str, list[int]] = {u: [0, 0] for u in self.gpus}
+        host: dict[str, list[int]] = {n: [0, 0] for n in self.nodes}
+        for a in self.allocations.values():
+            assert a.node in self.nodes, f"{a.claim} on unknown node {a.node}"
+            host[a.node][0] += a.request.cpu_milli
+            host[a.node][1] += a.request.host_memory_mib
+            for s in a.shares:
+                assert self.gpus[s.uuid].node == a.node, f"{a.claim}: GPU {s.uuid} not on {a.node}"
+                used[s.uuid][0] += s.milli
+                used[s.uuid][1] += s.memory_mib
+        for uuid, g in self.gpus.items():
+            assert 0 <= g.free_milli <= g.milli, f"GPU {uuid} over-committed: free {g.free_milli}"
+            assert 0 <= g.free_mib <= g.memory_mib, f"GPU {uuid} memory over-committed: free {g.free_mib}"
+            assert g.free_milli + used[uuid][0] == g.milli, f"GPU {uuid}: milli not accounted once"
+            assert g.free_mib + used[uuid][1] == g.memory_mib, f"GPU {uuid}: MiB not accounted once"
+        for name, n in self.nodes.items():
+            if n.cpu_milli is not None:
+                assert n.free_cpu + host[name][0] == n.cpu_milli and n.free_cpu >= 0, f"{name}: CPU"
+            if n.memory_mib is not None:
+                assert n.free_mem + host[name][1] == n.memory_mib and n.free_mem >= 0, f"{name}: RAM"
+        fresh = Ledger()
+        for n in sorted(self.nodes.values(), key=lambda n: n.order):
+            fresh._index_node(n)
+        assert list(fresh._node_index) == list(self._node_index), "node index drifted"
+        for model in set(fresh._gpu_index) | set(self._gpu_index):
+            assert list(fresh._gpu_index.get(model, [])) == list(self._gpu_index.get(model, [])), \
+                f"GPU index drifted for {model}"
+        for model in set(fresh._whole_index) | set(self._whole_index):
+            assert list(fresh._whole_index.get(model, [])) == list(self._whole_index.get(model, [])), \
+                f"whole-card index drifted for {model}"
+        reserved = sorted((a.expires_at, a.claim) for a in self.allocations.values() if a.expires_at is not None)
+        assert reserved == list(self._expiry), "expiry index drifted"
+
+    def fingerprint(self) -> tuple[object, ...]:
+        """A value equal for equal ledgers (free capacity, allocations, indexes)."""
+        return (
+            tuple((u, g.free_milli, g.free_mib) for u, g in sorted(self.gpus.items())),
+            tuple((n, x.free_cpu, x.free_mem) for n, x in sorted(self.nodes.items())),
+            tuple(sorted(self.allocations.items())),
+            tuple((m, tuple(ix)) for m, ix in sorted(self._gpu_index.items())),
+            tuple((m, tuple(ix)) for m, ix in sorted(self._whole_index.items())),
+            tuple(self._node_index),
+            tuple(self._expiry),
+        )
