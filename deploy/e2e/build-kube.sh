@@ -50,6 +50,12 @@ if command -v flock >/dev/null 2>&1; then
     echo "${DEST}/bin"
     exit 0
   fi
+  # We hold the lock, so any other work dir is left over from a killed run.
+  for stale in "${CACHE_ROOT}"/.build.*/; do
+    [[ -d "${stale}" ]] || continue
+    chmod -R u+w "${stale}" 2>/dev/null || true
+    rm -rf "${stale}"
+  done
 fi
 
 # Build next to the destination so the final mv is an atomic rename.
