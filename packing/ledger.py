@@ -208,12 +208,18 @@ class Ledger:
         free = node.free_gpu_milli
         whole_by_model: dict[str, int] = {}
         for g in node.gpus:
-            self._gpu_index.setdefault(g.model, SortedList()).add(self._gpu_key(g, node, free))
+            index = self._gpu_index.get(g.model)
+            if index is None:  # not setdefault(model, SortedList()): that builds a list per call
+                index = self._gpu_index[g.model] = SortedList()
+            index.add(self._gpu_key(g, node, free))
             whole_by_model.setdefault(g.model, 0)
             if g.empty:
                 whole_by_model[g.model] += 1
         for model, whole in whole_by_model.items():
-            self._whole_index.setdefault(model, SortedList()).add((whole, free, node.order, node.name))
+            whole_index = self._whole_index.get(model)
+            if whole_index is None:
+                whole_index = self._whole_index[model] = SortedList()
+            whole_index.add((whole, free, node.order, node.name))
         self._node_index.add((free, node.order, node.name))
 
     def _unindex_node(self, node: Node) -> None:
@@ -438,10 +444,7 @@ class Ledger:
         if request.gpu_less:
             return 0
         if request.whole:
-            return sum(
-                len([g for g in n.gpus if g.empty and request.accepts_model(g.model)]) // request.count
-                for n in self.nodes.values()
-            )
+            return sum(len(self.fitting_gpus(n, request)) // request.count for n in self.nodes.values())
         total = 0
         for g in self.gpus.values():
             if request.accepts_model(g.model):

@@ -16,7 +16,7 @@ the ledger's sorted free-capacity index; the others scan candidate nodes.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
 
 from packing.ledger import Allocation, Gpu, Ledger, LedgerError, Misfit, Node, NoFit
@@ -162,18 +162,28 @@ class Policy:
         if not keys:
             return []
         best = min(keys.values())
-        return sorted((n for n, k in keys.items() if k == best), key=lambda n: ledger.nodes[n].order)
+        return sorted((n for n, k in keys.items() if k == best), key=lambda n: (ledger.nodes[n].order, n))
 
     def choose(self, ledger: Ledger, request: Request, nodes: Collection[str] | None = None) -> Choice | None:
         """The (node, GPUs) this policy wants among ``nodes`` (all nodes when None)."""
-        best = self.best_nodes(ledger, request, nodes)
-        if not best:
+        first = self._first_best(ledger, request, nodes)
+        if first is None:
             return None
-        node = ledger.nodes[best[0]]
+        node = ledger.nodes[first]
         gpus = self.pick_on(ledger, request, node)
         key = self.node_key(ledger, request, node)
         assert gpus is not None and key is not None, "a best node must fit"
         return Choice(node.name, gpus, key)
+
+    def _first_best(self, ledger: Ledger, request: Request, nodes: Collection[str] | None) -> str | None:
+        """The first of ``best_nodes``; best fit finds it without walking every tying node."""
+        # a subclass that redefines best_nodes keeps its own answer
+        if self.name == "best-fit" and type(self).best_nodes is Policy.best_nodes:
+            fast = _best_fit_best_nodes(ledger, request, nodes, first_only=True)
+            if fast is not None:
+                return fast[0] if fast else None
+        best = self.best_nodes(ledger, request, nodes)
+        return best[0] if best else None
 
     def scores(self, ledger: Ledger, request: Request, nodes: Iterable[str]) -> dict[str, int]:
         """0..10 per node: 10 for the nodes tying for the best key, 0 where it does not fit."""
@@ -194,56 +204,59 @@ def scale_scores(keys: dict[str, NodeKey]) -> dict[str, int]:
         return {}
     distinct = sorted(set(keys.values()))
     levels = MAX_SCORE - 1  # levels 1..9 for everything below the best
-    out: dict[str, int] = {}
-    for name, key in keys.items():
-        rank = distinct.index(key)
-        if rank == 0:
-            out[name] = MAX_SCORE
-        else:
-            out[name] = max(1, MAX_SCORE - math.ceil(rank * levels / max(1, len(distinct) - 1)))
-    return out
+    span = max(1, len(distinct) - 1)
+    # one level per distinct key, then a look-up per node (list.index per node was O(n^2))
+    level = {key: MAX_SCORE if rank == 0 else max(1, MAX_SCORE - math.ceil(rank * levels / span))
+             for rank, key in enumerate(distinct)}
+    return {name: level[key] for name, key in keys.items()}
 
 
-def _best_fit_best_nodes(ledger: Ledger, request: Request, nodes: Collection[str] | None) -> list[str] | None:
-    """Best fit's nodes through the sorted index: O(log n + skipped entries).
+def _index_candidates(
+    ledger: Ledger, request: Request, model: str, allowed: Collection[str] | None
+) -> Iterator[tuple[Node, NodeKey]]:
+    """(node, best-fit key) for ``model`` in the ledger index's order: ascending key, then node order."""
+    if request.whole:
+        for n in ledger.nodes_with_whole(model, request.count):
+            if allowed is None or n.name in allowed:
+                key = _best_fit_key(ledger, request, n)
+                if key is not None:
+                    yield n, key
+        return
+    for g in ledger.gpus_from(model, request.milli):
+        node = ledger.nodes[g.node]
+        if allowed is not None and node.name not in allowed:
+            continue
+        if ledger.gpu_fits(g, request) and ledger.host_fits(node, request):
+            yield node, (g.free_milli - request.milli, node.free_gpu_milli)
 
+
+def _best_fit_best_nodes(
+    ledger: Ledger, request: Request, nodes: Collection[str] | None, first_only: bool = False
+) -> list[str] | None:
+    """Best fit's nodes through the sorted index: O(log n + skipped entries + ties).
+
+    ``first_only`` stops at the best (key, node order), which is all ``choose`` needs: a cluster
+    of identical nodes then costs a look-up, not a walk over every tying node.
     Returns None when the fast path does not apply (GPU-less requests), so the caller scans.
     """
-    if request.gpu_less:
-        return None
+    models = [m for m in ledger.models() if request.accepts_model(m)]
+    if request.gpu_less or (request.whole and len(models) > 1):
+        return None  # k empty cards may span models on one node: the per-model whole index cannot rank that
     allowed = None if nodes is None else (nodes if isinstance(nodes, (set, frozenset, dict)) else set(nodes))
-    best: NodeKey | None = None
-    found: dict[str, NodeKey] = {}
-    for model in ledger.models():
-        if not request.accepts_model(model):
-            continue
-        if request.whole:
-            for n in ledger.nodes_with_whole(model, request.count):
-                if allowed is not None and n.name not in allowed:
-                    continue
-                key = _best_fit_key(ledger, request, n)
-                if key is None:
-                    continue
-                if best is not None and key > best:
-                    break
-                best = key if best is None or key < best else best
-                found[n.name] = key
-        else:
-            for g in ledger.gpus_from(model, request.milli):
-                node = ledger.nodes[g.node]
-                if (allowed is not None and node.name not in allowed) or not ledger.gpu_fits(g, request):
-                    continue
-                if not ledger.host_fits(node, request):
-                    continue
-                key = (g.free_milli - request.milli, node.free_gpu_milli)
-                if best is not None and key > best:
-                    break
-                best = key if best is None or key < best else best
-                found.setdefault(node.name, key)
-    if best is None:
+    bound: tuple[NodeKey, int] | None = None  # the best (key, node order) met so far
+    found: dict[str, tuple[NodeKey, int]] = {}
+    for model in models:
+        for node, key in _index_candidates(ledger, request, model, allowed):
+            rank = (key, node.order)
+            if bound is not None and (key > bound[0] or (first_only and rank > bound)):
+                break  # ascending index: nothing better follows in this model
+            bound = rank if bound is None or rank < bound else bound
+            if node.name not in found or rank < found[node.name]:
+                found[node.name] = rank  # a node's key is its best card over every model's index
+    if bound is None:
         return []
-    # a node met early with a worse-than-final key (other model's index) is dropped here
-    return sorted((n for n, k in found.items() if k == best), key=lambda n: ledger.nodes[n].order)
+    best = [n for n, r in found.items() if r[0] == bound[0] and (r == bound or not first_only)]
+    return sorted(best, key=lambda n: (ledger.nodes[n].order, n))
 
 
 BEST_FIT = Policy(

@@ -62,7 +62,9 @@ _FIELDS = {"v", "claim", "node", "gpus", "product", "milli", "mib"}
 
 
 def _typed(doc: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = doc.get(key)
+    if key not in doc:
+        raise RecordError(f"allocation record lacks {key}")
+    value = doc[key]
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise RecordError(f"field {key!r} has the wrong type: {value!r}")
     return value
@@ -78,6 +80,8 @@ def decode(value: str) -> AllocationRecord:
         doc = json.loads(value)
     except json.JSONDecodeError as e:
         raise RecordError(f"allocation record is not JSON: {e.msg} at position {e.pos}") from None
+    except RecursionError:  # 4 KiB of '[' is enough to exhaust the JSON parser's stack
+        raise RecordError("allocation record nests too deeply to be one") from None
     if not isinstance(doc, dict):
         raise RecordError("allocation record must be a JSON object")
     version = _typed(doc, "v", int)
@@ -91,6 +95,8 @@ def decode(value: str) -> AllocationRecord:
     if missing:
         raise RecordError(f"allocation record lacks {', '.join(sorted(missing))}")
     gpus = _typed(doc, "gpus", list)
+    if any(not isinstance(g, str) for g in gpus):
+        raise RecordError(f"field 'gpus' must list GPU uuid strings, got {gpus!r}")
     product = doc.get("product")
     if product is not None and not isinstance(product, str):
         raise RecordError(f"field 'product' has the wrong type: {product!r}")
