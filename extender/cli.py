@@ -1,0 +1,173 @@
+"""``gpuslice serve`` (run the extender under gunicorn) and ``gpuslice status`` (print a running one's state)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from extender.client import ClientError, ExtenderClient
+from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig
+from extender.state import MODES
+from packing.policies import POLICIES
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="gpuslice serve",
+        description="Run the kube-scheduler extender (gunicorn: one worker process, threads).",
+    )
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("--standalone", action="store_true",
+                       help="no cluster: state in memory, nodes from request bodies or --nodes, binds kept in memory")
+    where.add_argument("--cluster", action="store_true",
+                       help="in a cluster (the default): sync from the API server (extender.cluster)")
+    ap.add_argument("--demo", action="store_true",
+                    help="with --standalone: start the server, drive it with a sample workload, stop, exit")
+    ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
+    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
+    ap.add_argument("--threads", type=int, default=8, help="gunicorn threads in the one worker (default 8)")
+    ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
+    ap.add_argument("--filter-verb", default="filter")
+    ap.add_argument("--prioritize-verb", default="prioritize")
+    ap.add_argument("--bind-verb", default="bind")
+    ap.add_argument("--mode", choices=MODES, default="strict",
+                    help="strict: filter keeps only the policy's best nodes and reserves; cooperative: all fitting")
+    ap.add_argument("--policy", choices=sorted(POLICIES), default="best-fit")
+    ap.add_argument("--reservation-ttl", type=float, default=30.0, metavar="SECONDS",
+                    help="how long a filter's reservation waits for its bind (default 30)")
+    ap.add_argument("--pod-cache", type=int, default=10_000, help="pods remembered between filter and bind")
+    ap.add_argument("--refuse-resource", action="append", default=[], metavar="NAME",
+                    help="refuse pods asking for this resource, e.g. nvidia.com/gpu (repeatable)")
+    ap.add_argument("--max-body-mib", type=int, default=DEFAULT_MAX_BODY // (1024 * 1024))
+    ap.add_argument("--admin", action="store_true", help="enable POST /admin/release (always on standalone)")
+    ap.add_argument("--nodes", type=int, default=0, help="standalone: seed N nodes named node-<i>")
+    ap.add_argument("--gpus-per-node", type=int, default=8, help="standalone: cards per seeded node")
+    ap.add_argument("--gpu-model", default="Tesla-V100-SXM2-32GB", help="standalone: model label of seeded cards")
+    ap.add_argument("--catalog", default="", help="product catalog TOML (default: the built-in V100 catalog)")
+    ap.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")
+    return ap
+
+
+def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
+    """The ExtenderConfig the command line asks for; ConfigError when it is inconsistent."""
+    return ExtenderConfig(
+        host=args.host, port=args.port, threads=args.threads, prefix=args.prefix,
+        filter_verb=args.filter_verb, prioritize_verb=args.prioritize_verb, bind_verb=args.bind_verb,
+        max_body_bytes=args.max_body_mib * 1024 * 1024, mode=args.mode, policy=args.policy,
+        reservation_ttl_s=args.reservation_ttl, pod_cache_size=args.pod_cache,
+        refused_resources=tuple(args.refuse_resource), standalone=args.standalone, admin=args.admin,
+        nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model, catalog=args.catalog,
+    )
+
+
+STANDALONE_APP = "extender.app:app_from_env"
+CLUSTER_APP = "extender.cluster.serve:app_from_env"
+
+
+def _entry_point(config: ExtenderConfig) -> str:
+    """``module:function`` building the app in the gunicorn worker."""
+    if config.standalone:
+        return STANDALONE_APP
+    if importlib.util.find_spec(CLUSTER_APP.partition(":")[0]) is None:
+        raise ConfigError("cluster mode needs extender.cluster (cluster sync), not in this build; "
+                          "run with --standalone")
+    return CLUSTER_APP
+
+
+def _serve(config: ExtenderConfig, tls_cert: str, tls_key: str) -> int:
+    """Run gunicorn in this process (it becomes the master) with the shipped config file."""
+    from gunicorn.app.base import BaseApplication
+
+    target = _entry_point(config)
+    if config.standalone:
+        from extender.app import build_app
+
+        build_app(config)  # fail here, with a clear message, rather than in a booting worker
+    if bool(tls_cert) != bool(tls_key):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    os.environ.update(config.to_env())
+
+    class _Extender(BaseApplication):  # type: ignore[misc]
+        def load_config(self) -> None:
+            settings = vars(importlib.import_module("extender.gunicorn_conf"))  # reads the env set above
+            for name, value in settings.items():
+                if name in self.cfg.settings:
+                    self.cfg.set(name, value)
+            if tls_cert:
+                self.cfg.set("certfile", tls_cert)
+                self.cfg.set("keyfile", tls_key)
+
+        def load(self) -> Any:
+            module, _, function = target.partition(":")
+            return getattr(importlib.import_module(module), function)()
+
+    _Extender().run()
+    return 0
+
+
+def main(argv: Sequence[str]) -> int:
+    """``gpuslice serve``: exit code 0 on a clean stop, 2 on bad settings."""
+    ap = _parser()
+    args = ap.parse_args(list(argv))
+    if args.demo and not args.standalone:
+        ap.error("--demo needs --standalone (it runs without a cluster)")
+    try:
+        config = config_from_args(args)
+    except ConfigError as e:
+        print(f"gpuslice serve: {e}", file=sys.stderr)
+        return 2
+    if args.demo:
+        from extender.demo import run_demo
+
+        return run_demo(config)
+    try:
+        return _serve(config, args.tls_cert, args.tls_key)
+    except (ConfigError, ValueError) as e:
+        print(f"gpuslice serve: {e}", file=sys.stderr)
+        return 2
+
+
+def _render(state: dict[str, Any]) -> str:
+    lines = [f"mode {state['mode']}, policy {state['policy']}, ready {state['ready']}, "
+             f"reservation TTL {state['reservation_ttl_s']} s"]
+    lines.append(f"free slices: {', '.join(f'{p} x{n}' for p, n in state['free_slices'].items())}")
+    lines.append(f"nodes ({len(state['nodes'])}):")
+    for node in state["nodes"]:
+        cards = " ".join(f"[{'#' * ((g['milli'] - g['free_milli']) // 250):<4}]" for g in node["gpus"])
+        lines.append(f"  {node['name']:<20} {cards}")
+    lines.append(f"allocations ({len(state['allocations'])}):")
+    for a in state["allocations"]:
+        extra = f" expires in {a['expires_in_s']} s" if "expires_in_s" in a else ""
+        lines.append(f"  {a['pod'] or a['pod_uid']:<30} {a['product']:<9} {a['state']:<8} {a['node']} "
+                     f"{','.join(a['gpus'])}{extra}")
+    lines.append(f"waiting ({len(state['queue'])}):")
+    for w in state["queue"]:
+        lines.append(f"  {w['position']:>3}. {w['pod']:<30} {w['product']:<9} {w['waiting_s']:>8.1f} s  "
+                     f"{w['reason']}: {w['message']}")
+    return "\n".join(lines)
+
+
+def status_main(argv: Sequence[str]) -> int:
+    """``gpuslice status``: GET /state of a running extender and print it (``--json`` for raw)."""
+    ap = argparse.ArgumentParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
+    ap.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}", help="the extender's base URL")
+    ap.add_argument("--json", action="store_true", help="print the raw JSON")
+    args = ap.parse_args(list(argv))
+    try:
+        with ExtenderClient(args.url, timeout=10) as client:
+            status, state = client.get("/state")
+    except ClientError as e:
+        print(f"gpuslice status: {e}", file=sys.stderr)
+        return 1
+    if status != 200 or not isinstance(state, dict):
+        print(f"gpuslice status: GET /state answered HTTP {status}: {state}", file=sys.stderr)
+        return 1
+    print(json.dumps(state, indent=2) if args.json else _render(state))
+    return 0

@@ -1,0 +1,152 @@
+"""The extender's settings, carried from ``gpuslice serve`` to the gunicorn worker in ``GPUSLICE_*`` variables.
+
+gunicorn imports the app in its worker process, so the command line cannot hand it objects: the
+CLI writes the settings to the environment (``to_env``) and the app factory reads them back
+(``from_env``). One table names every setting once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from extender.state import MODES, StateConfig
+from packing.policies import get_policy
+
+DEFAULT_PORT = 8888
+DEFAULT_MAX_BODY = 64 * 1024 * 1024  # full Node objects of 5 000 nodes stay well below this
+
+
+class ConfigError(ValueError):
+    """A setting with a value the extender cannot run with."""
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+def _words(raw: str) -> tuple[str, ...]:
+    return tuple(w for w in (p.strip() for p in raw.split(",")) if w)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    """Everything ``gpuslice serve`` configures: HTTP surface, decisions, standalone seeding."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    threads: int = 8
+    prefix: str = ""
+    filter_verb: str = "filter"
+    prioritize_verb: str = "prioritize"
+    bind_verb: str = "bind"
+    max_body_bytes: int = DEFAULT_MAX_BODY
+    mode: str = "strict"
+    policy: str = "best-fit"
+    reservation_ttl_s: float = 30.0
+    pod_cache_size: int = 10_000
+    refused_resources: tuple[str, ...] = ()
+    standalone: bool = False
+    admin: bool = False  # POST /admin/release (on by default in standalone mode)
+    nodes: int = 0  # standalone seeding: nodes of gpus_per_node cards of gpu_model
+    gpus_per_node: int = 8
+    gpu_model: str = "Tesla-V100-SXM2-32GB"
+    catalog: str = ""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.port < 65536:
+            raise ConfigError(f"port must be within 1..65535, got {self.port}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be at least 1, got {self.threads}")
+        if self.prefix and (not self.prefix.startswith("/") or self.prefix.endswith("/")):
+            raise ConfigError(f"prefix must start with '/' and not end with one, got {self.prefix!r}")
+        verbs = [self.filter_verb, self.prioritize_verb, self.bind_verb]
+        if any(not v or "/" in v for v in verbs) or len(set(verbs)) != 3:
+            raise ConfigError(f"verbs must be three distinct path segments, got {verbs}")
+        if self.max_body_bytes < 1024:
+            raise ConfigError(f"max body must be at least 1024 bytes, got {self.max_body_bytes}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        try:
+            get_policy(self.policy)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        if not self.reservation_ttl_s > 0:
+            raise ConfigError(f"reservation TTL must be positive, got {self.reservation_ttl_s}")
+        if self.pod_cache_size < 1:
+            raise ConfigError(f"pod cache size must be at least 1, got {self.pod_cache_size}")
+        if self.nodes < 0 or self.gpus_per_node < 0:
+            raise ConfigError("seeded node and GPU counts must not be negative")
+        if self.nodes and not self.standalone:
+            raise ConfigError("seeding nodes (--nodes) is for standalone mode only")
+
+    def state_config(self) -> StateConfig:
+        return StateConfig(
+            mode=self.mode,
+            policy=self.policy,
+            reservation_ttl_s=self.reservation_ttl_s,
+            pod_cache_size=self.pod_cache_size,
+            refused_resources=self.refused_resources,
+        )
+
+    @property
+    def admin_enabled(self) -> bool:
+        return self.admin or self.standalone
+
+    def verb_path(self, verb: str) -> str:
+        return f"{self.prefix}/{verb}"
+
+    def to_env(self) -> dict[str, str]:
+        """``GPUSLICE_<FIELD>`` variables that ``from_env`` turns back into this config."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, tuple):
+                text = ",".join(value)
+            elif isinstance(value, bool):
+                text = "1" if value else "0"
+            else:
+                text = str(value)
+            out[_env_name(f.name)] = text
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ExtenderConfig:
+        """Read every ``GPUSLICE_<FIELD>`` that is set; defaults for the rest. ConfigError if bad."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = source.get(_env_name(f.name))
+            if raw is None:
+                continue
+            parse = _PARSERS.get(f.name, str)
+            try:
+                values[f.name] = parse(raw)
+            except ValueError as e:
+                raise ConfigError(f"{_env_name(f.name)}={raw!r}: {e}") from None
+        return replace(cls(), **values) if values else cls()
+
+
+def _env_name(field_name: str) -> str:
+    return "GPUSLICE_" + field_name.upper()
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "port": int,
+    "threads": int,
+    "max_body_bytes": int,
+    "reservation_ttl_s": float,
+    "pod_cache_size": int,
+    "refused_resources": _words,
+    "standalone": _bool,
+    "admin": _bool,
+    "nodes": int,
+    "gpus_per_node": int,
+}

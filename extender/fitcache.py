@@ -1,0 +1,95 @@
+"""Where each request shape fits now, and why not elsewhere: the filter's per-node answers, cached.
+
+A filter at 5 000 nodes must not run 5 000 fit checks: a view per request shape holds every
+node's ``FitNote`` and the set of nodes where the shape fits. A ledger change only marks the
+touched node dirty in every view (O(views)); a view refreshes its dirty nodes when it is next
+used. Then a filter is set algebra (candidates ∩ fits) plus a look-up per node that does not fit.
+
+Only node-local policies (a node's key reads that node alone: the built-in ones) may cache keys;
+for any other policy the view caches fit and reasons, and keys are computed on demand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from packing.ledger import Ledger
+from packing.policies import NodeKey, Policy
+from packing.products import Request
+
+MAX_VIEWS = 64  # request shapes come from the catalog (products x whole-card counts): few
+
+
+@dataclass(frozen=True, slots=True)
+class FitNote:
+    """Whether a request fits on one node now: ``reason`` None means it fits (with the policy's key)."""
+
+    reason: str | None
+    resolvable: bool
+    code: str
+    key: NodeKey | None = None
+
+
+class ShapeView:
+    """One request shape against every node of the ledger."""
+
+    __slots__ = ("dirty", "fits", "notes", "request")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.notes: dict[str, FitNote] = {}
+        self.fits: set[str] = set()
+        self.dirty: set[str] = set()
+
+
+class FitCache:
+    """Views per request shape over one ledger; the owner calls ``touch`` on every change of a node."""
+
+    def __init__(self, ledger: Ledger, policy: Policy, node_local: bool,
+                 reason: Callable[[str, Request], str]) -> None:
+        self.ledger = ledger
+        self.policy = policy
+        self.node_local = node_local
+        self._reason = reason
+        self._views: dict[Request, ShapeView] = {}
+
+    def touch(self, node: str) -> None:
+        """``node`` changed (capacity, added, removed): every view re-checks it on next use."""
+        for view in self._views.values():
+            view.dirty.add(node)
+
+    def view(self, request: Request) -> ShapeView:
+        """The current view of ``request``: built on first use, refreshed where dirty."""
+        view = self._views.get(request)
+        if view is None:
+            if len(self._views) >= MAX_VIEWS:
+                del self._views[next(iter(self._views))]  # the oldest shape
+            view = self._views[request] = ShapeView(request)
+            for name in self.ledger.nodes:
+                self._refresh(view, name)
+        elif view.dirty:
+            for name in view.dirty:
+                self._refresh(view, name)
+            view.dirty.clear()
+        return view
+
+    def warm(self, requests: list[Request]) -> None:
+        """Build the views of ``requests`` now (start-up), so no filter pays for a cold view."""
+        for r in requests:
+            self.view(r)
+
+    def _refresh(self, view: ShapeView, name: str) -> None:
+        node = self.ledger.nodes.get(name)
+        if node is None:
+            view.notes.pop(name, None)
+            view.fits.discard(name)
+            return
+        misfit = self.ledger.explain(view.request, name)
+        if misfit is None:
+            key = self.policy.node_key(self.ledger, view.request, node) if self.node_local else None
+            view.notes[name] = FitNote(None, True, "", key)
+            view.fits.add(name)
+        else:
+            view.notes[name] = FitNote(self._reason(misfit.code, view.request), misfit.resolvable, misfit.code)
+            view.fits.discard(name)

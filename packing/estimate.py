@@ -1,0 +1,111 @@
+"""Estimated start: the earliest time a request is sure to fit, from running claims' declared ends.
+
+A running claim that declared an enforced time limit (``activeDeadlineSeconds`` or our annotation)
+ends by a known time; one that declared none may run forever. The estimate releases the declared
+claims in order of their end, on a scratch copy of the touched GPUs and nodes, and returns the
+first end after which the request fits on some node. Claims without a declared end are assumed
+never to end, so the estimate is an upper bound on when the request can start, provided nothing
+else takes the capacity meanwhile (the aging guard makes sure of that for the head of the line);
+None when the declared claims alone never free enough.
+
+Cost: O(L log L) for L running claims with a declared end, plus the GPUs of the touched nodes;
+the live ledger is only read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from packing.ledger import Gpu, Ledger, Node
+from packing.products import Request
+
+
+class _Models(dict[str, bool]):
+    """Memo of ``request.accepts_model`` per GPU model label (fnmatch is the hot spot otherwise)."""
+
+    def __init__(self, request: Request) -> None:
+        super().__init__()
+        self.request = request
+
+    def __missing__(self, model: str) -> bool:
+        self[model] = ok = self.request.accepts_model(model)
+        return ok
+
+
+def _gpu_takes(g: Gpu, request: Request, gpu_free: dict[str, list[int]], models: _Models) -> bool:
+    if not models[g.model]:
+        return False
+    free_milli, free_mib = gpu_free.get(g.uuid, (g.free_milli, g.free_mib))
+    if request.whole:
+        return free_milli == g.milli and free_mib == g.memory_mib and g.memory_mib >= request.memory_mib
+    return free_milli >= request.milli and free_mib >= request.memory_mib
+
+
+def fits_in(node: Node, request: Request, gpu_free: dict[str, list[int]], host_free: list[int] | None,
+            models: _Models | None = None) -> bool:
+    """Does ``request`` fit on ``node`` given scratch free capacities (live values where absent)?"""
+    cpu, mem = host_free if host_free is not None else (node.free_cpu, node.free_mem)
+    if node.cpu_milli is not None and request.cpu_milli > cpu:
+        return False
+    if node.memory_mib is not None and request.host_memory_mib > mem:
+        return False
+    if request.gpu_less:
+        return True
+    models = models if models is not None else _Models(request)
+    found = 0
+    for g in node.gpus:
+        found += _gpu_takes(g, request, gpu_free, models)
+        if found >= request.count:
+            return True
+    return False
+
+
+def estimated_start(ledger: Ledger, request: Request, ends: Iterable[tuple[float, str]], now: float) -> float | None:
+    """First declared end (not before ``now``) after which ``request`` fits; None if none does.
+
+    ``ends`` lists (declared end, claim) of running claims, ascending; claims no longer holding an
+    allocation in the ledger are skipped. ``now`` when the request fits already.
+    """
+    if any(fits_in(n, request, {}, None) for n in _candidate_nodes(ledger, request)):
+        return now
+    gpu_free: dict[str, list[int]] = {}
+    host_free: dict[str, list[int]] = {}
+    models = _Models(request)
+    for end, claim in ends:
+        alloc = ledger.allocations.get(claim)
+        if alloc is None:
+            continue
+        node = ledger.nodes[alloc.node]
+        for share in alloc.shares:
+            g = ledger.gpus[share.uuid]
+            free = gpu_free.setdefault(share.uuid, [g.free_milli, g.free_mib])
+            free[0] += share.milli
+            free[1] += share.memory_mib
+        host = host_free.setdefault(node.name, [node.free_cpu, node.free_mem])
+        host[0] += alloc.request.cpu_milli
+        host[1] += alloc.request.host_memory_mib
+        if request.count == 1 and node.cpu_milli is None and node.memory_mib is None and not request.gpu_less:
+            # nothing fitted before this release: only the GPUs it freed can take a one-GPU request now
+            fits = any(_gpu_takes(ledger.gpus[s.uuid], request, gpu_free, models) for s in alloc.shares)
+        else:
+            fits = fits_in(node, request, gpu_free, host, models)
+        if fits:
+            return max(end, now)
+    return None
+
+
+def _candidate_nodes(ledger: Ledger, request: Request) -> Iterable[Node]:
+    """Nodes worth checking for a fit now: through the free-capacity index when it applies."""
+    if request.gpu_less:
+        return ledger.nodes.values()
+    seen: dict[str, Node] = {}
+    for model in ledger.models():
+        if not request.accepts_model(model):
+            continue
+        if request.whole:
+            for n in ledger.nodes_with_whole(model, request.count):
+                seen.setdefault(n.name, n)
+        else:
+            for g in ledger.gpus_from(model, request.milli):
+                seen.setdefault(g.node, ledger.nodes[g.node])
+    return seen.values()

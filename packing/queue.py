@@ -1,0 +1,772 @@
+"""The claim queue: who waits for a slice, in which order, why, and who is admitted next.
+
+Quota is an entitlement, not a reservation: a valid claim that cannot get a slice now waits, and
+is admitted as soon as one frees up; every waiting claim has exactly one reason and a position.
+Pure logic over a ``Ledger``: the extender and the simulator drive it through ``arrive``,
+``withdraw``, ``start``, ``depart``, ``admit`` and ``explain``; it does no I/O and keeps no clock.
+
+Order: priority (higher first), then arrival time, then arrival call order; stable and
+deterministic. Admission policies (see ``packing/QUEUE.md`` for the rules and guarantees):
+
+* ``best-effort-fifo``: in order, admit every claim that fits; one that does not fit blocks nobody;
+* ``strict-fifo``: in order, stop at the first claim (within its entitlement) that does not fit;
+* ``aging-guard`` (default): best effort, until the first claim in order that has waited longer
+  than its product's age limit T does not fit; from then on nothing behind it starts, except a
+  claim whose declared time limit ends before that head's estimated start (backfill).
+
+Data structures (so that a step is not a re-sort of the whole queue): waiting claims sit in
+classes of identical (request, namespace, priority), each a ``SortedList`` in arrival order; per
+request shape, a ``SortedList`` of its class heads. A step merges shapes through a heap of their
+next heads: a shape that does not fit is dropped at once with all its classes, a class over its
+entitlement is skipped at once. A step where nothing fits costs O(shapes + blocked classes) x log,
+whatever the number of waiting claims; each admission adds O(log n) plus the placement.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
+from typing import Any, Literal
+
+from sortedcontainers import SortedList
+
+from packing.entitlements import Entitlement, Usage, UsageBook, product_name, shortfall
+from packing.estimate import estimated_start
+from packing.ledger import Allocation, Ledger, Node
+from packing.policies import BEST_FIT, Choice, Policy
+from packing.products import Request
+
+QUOTA_EXCEEDED = "QuotaExceeded"
+NO_CAPACITY = "NoCapacity"
+WAITING_FOR_RESERVATION = "WaitingForReservation"
+BLOCKED_BY_HEAD_OF_LINE = "BlockedByHeadOfLine"
+UNSATISFIABLE = "Unsatisfiable"
+ADMISSIBLE = "Admissible"  # only when explain runs before admit: the next step starts it
+REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE)
+
+AGING_GUARD = "aging-guard"
+BEST_EFFORT_FIFO = "best-effort-fifo"
+STRICT_FIFO = "strict-fifo"
+ADMISSION_POLICIES = (AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO)
+DEFAULT_AGE_LIMIT = 3600.0  # seconds: the protocol B study's T, 2-4 points of capacity at saturation
+
+Key = tuple[int, float, int]  # (-priority, arrived_at, seq): queue order
+_AFTER_KEYS = (math.inf,)  # compares above every Key: closes a (time limit, Key) range
+
+
+class QueueError(ValueError):
+    """A queue operation refused; the queue and the ledger are unchanged."""
+
+
+class UnknownClaimError(QueueError, KeyError):
+    """The queue knows no such claim (neither waiting nor running)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown claim"
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingClaim:
+    """A claim asking for a slice. Keywords after ``request``: ``arrived_at`` (required), ``priority``
+    (higher goes first) and ``time_limit`` (declared, enforced maximum runtime in seconds)."""
+
+    claim: str
+    namespace: str
+    request: Request
+    _: KW_ONLY
+    arrived_at: float
+    priority: int = 0
+    time_limit: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.claim, str) or not self.claim:
+            raise QueueError("a waiting claim needs a non-empty claim id")
+        if not isinstance(self.namespace, str):
+            raise QueueError(f"claim {self.claim}: namespace must be a string")
+        if not isinstance(self.request, Request):
+            raise QueueError(f"claim {self.claim}: request must be a packing.products.Request")
+        if not _finite(self.arrived_at):
+            raise QueueError(f"claim {self.claim}: arrived_at must be a finite number, got {self.arrived_at!r}")
+        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+            raise QueueError(f"claim {self.claim}: priority must be an integer, got {self.priority!r}")
+        if self.time_limit is not None and not (_finite(self.time_limit) and self.time_limit > 0):
+            raise QueueError(f"claim {self.claim}: time_limit must be a positive number of seconds or None")
+
+    @property
+    def product(self) -> str:
+        """The product it is counted under (entitlements, age limits, positions)."""
+        return product_name(self.request)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A claim the step admitted: its ledger allocation (a reservation when the queue has a TTL)."""
+
+    claim: str
+    allocation: Allocation
+    waited: float
+    namespace: str = ""
+    backfill: bool = False  # admitted behind a starving head because it ends before the head can start
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why one claim waits: its place in line, one reason, and what it waits for."""
+
+    claim: str
+    namespace: str
+    product: str
+    position: int
+    product_position: int
+    reason: str
+    message: str
+    waited: float
+    priority: int = 0
+    estimated_start: float | None = None  # WaitingForReservation: when declared ends make it fit
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view (for the pod event/condition and the state endpoint)."""
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class _Running:
+    namespace: str
+    request: Request
+    started_at: float
+    ends_at: float | None
+    origin: WaitingClaim | None  # set when the queue admitted it: a lapsed reservation goes back in line
+    seq: int
+
+
+@dataclass(slots=True)
+class _Class:
+    cid: int
+    shape: Request
+    namespace: str
+    priority: int
+    keys: SortedList = field(default_factory=SortedList)  # Key, arrival order
+    limits: SortedList = field(default_factory=SortedList)  # (time limit, Key) of claims declaring one
+
+
+@dataclass(slots=True)
+class _Shape:
+    sid: int
+    request: Request
+    heads: SortedList = field(default_factory=SortedList)  # (head Key, cid) of its classes
+    by_age: SortedList = field(default_factory=SortedList)  # (arrived_at, head Key): is any head starving?
+
+
+ClassKey = tuple[Request, str, int]
+
+
+class ClaimQueue:
+    """Waiting claims, the running claims it tracks, entitlements, and the admission step."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        policy: Policy = BEST_FIT,
+        admission: str = AGING_GUARD,
+        age_limits: Mapping[str, float] | None = None,
+        reservation_ttl: float | None = None,
+        default_age_limit: float = DEFAULT_AGE_LIMIT,
+    ) -> None:
+        if admission not in ADMISSION_POLICIES:
+            raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
+        limits = dict(age_limits or {})
+        for product, limit in [*limits.items(), ("default", default_age_limit)]:
+            if not (_finite(limit) and limit >= 0):
+                raise QueueError(f"age limit for {product} must be a finite number of seconds >= 0, got {limit!r}")
+        if reservation_ttl is not None and not (_finite(reservation_ttl) and reservation_ttl > 0):
+            raise QueueError(f"reservation_ttl must be a positive number of seconds or None, got {reservation_ttl!r}")
+        self.ledger = ledger
+        self.policy = policy
+        self.admission = admission
+        self.age_limits = limits
+        self.default_age_limit = float(default_age_limit)
+        self.reservation_ttl = reservation_ttl
+        self._seq = 0
+        self._waiting: dict[str, tuple[WaitingClaim, Key, int]] = {}  # claim -> (claim, key, cid)
+        self._by_seq: dict[int, str] = {}
+        self._order: SortedList = SortedList()  # every waiting Key
+        self._classes: dict[int, _Class] = {}
+        self._class_of: dict[ClassKey, int] = {}
+        self._shapes: dict[Request, _Shape] = {}
+        self._next_id = 0
+        self._limited_waiting = 0  # waiting claims that declare a time limit (backfill candidates)
+        self._running: dict[str, _Running] = {}
+        self._ends: SortedList = SortedList()  # (declared end, claim) of running claims
+        self._usage = UsageBook()
+        self._entitlements: dict[str, Entitlement] = {}
+        self._holdable: dict[Request, tuple[bool, Node | None]] = {}
+
+    # ---- events ---------------------------------------------------------------------------------
+
+    def arrive(self, claim: WaitingClaim) -> None:
+        """Put ``claim`` in line; QueueError if the id is already waiting, running or holding a slice."""
+        if not isinstance(claim, WaitingClaim):
+            raise QueueError(f"arrive takes a WaitingClaim, got {type(claim).__name__}")
+        self._refuse_known(claim.claim)
+        held = self.ledger.allocations.get(claim.claim)
+        if held is not None:
+            raise QueueError(f"claim {claim.claim} already holds a slice on {held.node}; record it with start()")
+        self._seq += 1
+        self._enqueue(claim, self._seq)
+
+    def withdraw(self, claim: str) -> bool:
+        """Take a waiting claim out of line (its pod was deleted); False when it is not waiting."""
+        if claim not in self._waiting:
+            return False
+        self._dequeue(claim)
+        return True
+
+    def start(self, claim: str, namespace: str, request: Request, now: float, time_limit: float | None = None) -> None:
+        """Track a claim that already holds its slice in the ledger (rebuilt from the API, or bound
+        outside the queue), so its entitlement usage and declared end count. A waiting claim of
+        that id leaves the line. Usage may exceed an entitlement this way; admission then waits."""
+        if not _finite(now):
+            raise QueueError(f"now must be a finite number, got {now!r}")
+        if time_limit is not None and not (_finite(time_limit) and time_limit > 0):
+            raise QueueError(f"claim {claim}: time_limit must be a positive number of seconds or None")
+        if claim in self._running:
+            raise QueueError(f"claim {claim} is already running")
+        if claim not in self.ledger.allocations:
+            raise QueueError(f"claim {claim} holds no slice in the ledger; place it before start()")
+        if claim in self._waiting:
+            self._dequeue(claim)
+        self._seq += 1
+        ends = now + time_limit if time_limit is not None else None
+        self._track(claim, _Running(namespace, request, now, ends, None, self._seq))
+
+    def depart(self, claim: str, now: float) -> None:
+        """A running claim ended: release its slice (if the ledger still holds it) and its usage."""
+        run = self._running.get(claim)
+        if run is None:
+            if claim in self._waiting:
+                raise QueueError(f"claim {claim} is waiting, not running; use withdraw()")
+            raise UnknownClaimError(f"claim {claim} is not running in this queue")
+        if claim in self.ledger.allocations:
+            self.ledger.release(claim)
+        self._untrack(claim)
+
+    def requeue(self, claim: str) -> None:
+        """Put an admitted claim back in line at its original place (its bind failed): its slice is
+        released; a claim recorded with start() has no place to go back to (QueueError)."""
+        run = self._running.get(claim)
+        if run is None:
+            raise UnknownClaimError(f"claim {claim} is not running in this queue")
+        if run.origin is None:
+            raise QueueError(f"claim {claim} was recorded with start(), not admitted; it has no place in line")
+        if claim in self.ledger.allocations:
+            self.ledger.release(claim)
+        self._untrack(claim)
+        self._enqueue(run.origin, run.seq)
+
+    def expire(self, now: float) -> list[Allocation]:
+        """Cancel the ledger's lapsed reservations; the queue's own go back in line at their place.
+
+        Returns every expired allocation. ``admit`` calls this first.
+        """
+        expired = self.ledger.expire(now)
+        for alloc in expired:
+            run = self._running.get(alloc.claim)
+            if run is None:
+                continue
+            self._untrack(alloc.claim)
+            if run.origin is not None:
+                self._enqueue(run.origin, run.seq)
+        return expired
+
+    def set_priority(self, claim: str, priority: int) -> None:
+        """Change a claim's priority; a waiting claim moves in line (keeping its arrival)."""
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise QueueError(f"priority must be an integer, got {priority!r}")
+        if claim in self._waiting:
+            waiting, key, _ = self._waiting[claim]
+            self._dequeue(claim)
+            self._enqueue(replace(waiting, priority=priority), key[2])
+        elif claim in self._running:
+            run = self._running[claim]
+            if run.origin is not None:
+                run.origin = replace(run.origin, priority=priority)
+        else:
+            raise UnknownClaimError(f"claim {claim} is neither waiting nor running")
+
+    def set_entitlement(self, namespace: str, entitlement: Entitlement | None) -> None:
+        """Set (or with None, lift) a namespace's entitlement; it applies from the next step."""
+        if entitlement is not None and not isinstance(entitlement, Entitlement):
+            raise QueueError(f"entitlement must be an Entitlement or None, got {type(entitlement).__name__}")
+        if entitlement is None:
+            self._entitlements.pop(namespace, None)
+        else:
+            self._entitlements[namespace] = entitlement
+
+    # ---- queries ----------------------------------------------------------------------------------
+
+    def waiting(self) -> int:
+        """How many claims wait."""
+        return len(self._waiting)
+
+    def running(self) -> int:
+        """How many claims the queue tracks as holding a slice (admitted or started)."""
+        return len(self._running)
+
+    def classes(self) -> int:
+        """Distinct (request, namespace, priority) classes waiting: what a step's cost grows with."""
+        return len(self._classes)
+
+    def state(self, claim: str) -> Literal["waiting", "running"] | None:
+        """Where ``claim`` is: in line, holding a slice, or unknown to the queue (None)."""
+        if claim in self._waiting:
+            return "waiting"
+        return "running" if claim in self._running else None
+
+    def claim(self, claim: str) -> WaitingClaim:
+        """The waiting claim of that id (UnknownClaimError otherwise)."""
+        try:
+            return self._waiting[claim][0]
+        except KeyError:
+            raise UnknownClaimError(f"claim {claim} is not waiting") from None
+
+    def usage(self, namespace: str) -> Usage:
+        """What ``namespace`` holds now (admitted and started claims)."""
+        return self._usage.of(namespace)
+
+    def entitlement(self, namespace: str) -> Entitlement | None:
+        """The namespace's entitlement; None when it is not capped."""
+        return self._entitlements.get(namespace)
+
+    def in_order(self) -> Iterator[WaitingClaim]:
+        """Waiting claims in queue order."""
+        for key in self._order:
+            yield self._waiting[self._by_seq[key[2]]][0]
+
+    def age_limit(self, product: str) -> float:
+        """T for ``product``: once a claim has waited longer, the aging guard protects it."""
+        return self.age_limits.get(product, self.default_age_limit)
+
+    def starving(self, claim: WaitingClaim, now: float) -> bool:
+        """Has ``claim`` waited longer than its product's age limit?"""
+        return now - claim.arrived_at > self.age_limit(claim.product)
+
+    def estimated_start(self, request: Request, now: float) -> float | None:
+        """When running claims' declared ends make ``request`` fit (``packing.estimate``)."""
+        return estimated_start(self.ledger, request, self._ends, now)
+
+    # ---- the admission step ---------------------------------------------------------------------
+
+    def admit(self, now: float) -> list[Admission]:
+        """One admission step at ``now``: reserve (or commit) slices for the claims the policy lets in."""
+        if not _finite(now):
+            raise QueueError(f"now must be a finite number, got {now!r}")
+        self.expire(now)
+        out: list[Admission] = []
+        dropped: set[int] = set()  # shapes that fit nowhere (or never) for the rest of this step
+        heap = [(s.heads[0][0], s.sid, s.heads[0][1]) for s in self._shapes.values()]
+        heapq.heapify(heap)
+        shapes_by_id = {s.sid: s for s in self._shapes.values()}
+        while heap:
+            key, sid, cid = heapq.heappop(heap)
+            shape = shapes_by_id[sid]
+            cls = self._classes[cid]
+            name = self._by_seq[key[2]]
+            waiting = self._waiting[name][0]
+            if sid in dropped:
+                # only a starving class head of a shape that does not fit is pushed after the drop
+                if self._over_entitlement(cls.namespace, shape.request):
+                    self._push_starving(heap, shape, key, now)
+                    continue
+                return self._backfill(now, waiting, out, dropped, shapes_by_id)
+            if not self._holds(shape.request):
+                dropped.add(sid)
+                continue
+            if self._over_entitlement(cls.namespace, shape.request):
+                self._push_next(heap, shape, key)
+                continue
+            choice = self.policy.choose(self.ledger, shape.request)
+            if choice is None:
+                dropped.add(sid)
+                if self.admission == STRICT_FIFO:
+                    return out
+                if self.admission == AGING_GUARD:
+                    if self.starving(waiting, now):
+                        return self._backfill(now, waiting, out, dropped, shapes_by_id)
+                    self._push_starving(heap, shape, key, now)
+                continue
+            out.append(self._admit_one(name, choice, now, backfill=False))
+            self._push_next(heap, shape, key)
+        return out
+
+    def _push_next(self, heap: list[tuple[Key, int, int]], shape: _Shape, after: Key) -> None:
+        i = shape.heads.bisect_right((after, math.inf))
+        if i < len(shape.heads):
+            head, cid = shape.heads[i]
+            heapq.heappush(heap, (head, shape.sid, cid))
+
+    def _push_starving(self, heap: list[tuple[Key, int, int]], shape: _Shape, after: Key, now: float) -> None:
+        """After ``shape`` failed to fit at ``after``: push its first later class head that is
+        starving and within its entitlement (a guard candidate), if any."""
+        limit = self.age_limit(product_name(shape.request))
+        if not shape.by_age or now - shape.by_age[0][0] <= limit:
+            return  # no class head of this shape has waited past its limit
+        for head, cid in shape.heads.irange((after, math.inf), inclusive=(False, False)):
+            cls = self._classes[cid]
+            if now - head[1] > limit and not self._over_entitlement(cls.namespace, shape.request):
+                heapq.heappush(heap, (head, shape.sid, cid))
+                return
+
+    def _backfill(
+        self, now: float, head: WaitingClaim, out: list[Admission], dropped: set[int], shapes: dict[int, _Shape]
+    ) -> list[Admission]:
+        """Behind a starving head that does not fit: admit only claims whose declared time limit
+        ends by the head's estimated start; higher priority first, then the shortest declared limit,
+        then arrival. Lazy: each class offers its next candidate only, so a step costs
+        O((classes + admissions) x log)."""
+        if self._limited_waiting == 0:
+            return out
+        est = self.estimated_start(head.request, now)
+        if est is None:
+            return out
+        bound = (est - now - (self.reservation_ttl or 0.0) + 1e-6, _AFTER_KEYS)  # widened; _ends_by decides
+        heap: list[tuple[tuple[int, float, Key], int, int, int]] = []  # (order, sid, cid, index in cls.limits)
+        for shape in shapes.values():
+            if shape.sid in dropped or not shape.heads or not self._holds(shape.request):
+                continue
+            if self.policy.choose(self.ledger, shape.request) is None:
+                dropped.add(shape.sid)
+                continue
+            for _, cid in shape.heads:
+                cls = self._classes[cid]
+                if cls.limits and cls.limits[0] <= bound and not self._over_entitlement(cls.namespace, cls.shape):
+                    heap.append((_backfill_order(cls.limits[0]), shape.sid, cid, 0))
+        heapq.heapify(heap)
+        while heap:
+            (_, _, key), sid, cid, index = heapq.heappop(heap)
+            if sid in dropped:
+                continue
+            cls = self._classes[cid]
+            if self._over_entitlement(cls.namespace, cls.shape):
+                continue  # usage only grows within a step: the whole class stays over
+            name = self._by_seq[key[2]]
+            waiting = self._waiting[name][0]
+            if self._ends_by(waiting, now, est):
+                choice = self.policy.choose(self.ledger, waiting.request)
+                if choice is None:
+                    dropped.add(sid)
+                    continue
+                out.append(self._admit_one(name, choice, now, backfill=True))
+            else:
+                index += 1  # within the widened bound but not exactly: look past it
+            if cid in self._classes and index < len(cls.limits) and cls.limits[index] <= bound:
+                heapq.heappush(heap, (_backfill_order(cls.limits[index]), sid, cid, index))
+        return out
+
+    def _ends_by(self, w: WaitingClaim, now: float, est: float | None) -> bool:
+        """Does ``w``, started now, surely end by ``est`` (its declared limit, plus the reservation TTL)?"""
+        if est is None or w.time_limit is None:
+            return False
+        return now + (self.reservation_ttl or 0.0) + w.time_limit <= est
+
+    def _admit_one(self, name: str, choice: Choice, now: float, backfill: bool) -> Admission:
+        waiting, key, _ = self._waiting[name]
+        expires = now + self.reservation_ttl if self.reservation_ttl is not None else None
+        alloc = self.ledger.assign(name, waiting.request, choice.node, choice.gpus, expires)
+        self._dequeue(name)
+        slack = self.reservation_ttl or 0.0
+        ends = now + slack + waiting.time_limit if waiting.time_limit is not None else None
+        self._track(name, _Running(waiting.namespace, waiting.request, now, ends, waiting, key[2]))
+        return Admission(name, alloc, max(0.0, now - waiting.arrived_at), waiting.namespace, backfill)
+
+    # ---- explain ----------------------------------------------------------------------------------
+
+    def explain(self, now: float, limit: int | None = None) -> list[Explanation]:
+        """Every waiting claim in queue order (the first ``limit`` when set), with its position, one
+        reason and what it waits for.
+
+        Reasons describe what ``admit(now)`` does with the current ledger; call it right after
+        ``admit(now)`` (then no claim is ``Admissible``). O(n) plus one fit check per class: meant
+        for periodic condition refreshes and the state view, not for every scheduling event.
+        """
+        if not _finite(now):
+            raise QueueError(f"now must be a finite number, got {now!r}")
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise QueueError(f"limit must be a whole number >= 0 or None, got {limit!r}")
+        fits: dict[Request, bool] = {}
+        wants: dict[Request, str] = {}
+        verdicts: dict[int, tuple[str, str, bool, str, float]] = {}  # per class: reason, message, fit, product, T
+        per_product: dict[str, int] = {}
+        head: WaitingClaim | None = None  # strict: first that does not fit; aging: the guard
+        head_est: float | None = None
+        blocked = ""  # the message of claims held behind the head
+        out: list[Explanation] = []
+        keys = self._order if limit is None else self._order.islice(0, limit)
+        for position, key in enumerate(keys, start=1):
+            w, _, cid = self._waiting[self._by_seq[key[2]]]
+            verdict = verdicts.get(cid)
+            if verdict is None:
+                verdict = verdicts[cid] = self._class_verdict(w, fits, wants)
+            reason, message, fit, product, age_limit = verdict
+            per_product[product] = per_product.get(product, 0) + 1
+            est: float | None = None
+            if reason in (ADMISSIBLE, NO_CAPACITY):
+                if self.admission == STRICT_FIFO:
+                    if head is not None and fit:
+                        reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
+                    elif head is None and not fit:
+                        head = w
+                        blocked = (f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), "
+                                   "which does not fit")
+                elif self.admission == AGING_GUARD:
+                    if head is not None and fit and not self._ends_by(w, now, head_est):
+                        reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
+                    elif head is None and not fit and now - w.arrived_at > age_limit:
+                        head = w
+                        est = head_est = self.estimated_start(w.request, now)
+                        blocked = self._guard_message(w, now, est)
+                        reason = WAITING_FOR_RESERVATION
+                        message = f"{message}; {self._starving_message(w, now, est)}"
+            out.append(Explanation(w.claim, w.namespace, product, position, per_product[product], reason, message,
+                                   max(0.0, now - w.arrived_at), w.priority, est))
+        return out
+
+    def _class_verdict(
+        self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]
+    ) -> tuple[str, str, bool, str, float]:
+        """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?"""
+        r = w.request
+        product = w.product
+        limit = self.age_limit(product)
+        if not self._holds(r):
+            return UNSATISFIABLE, self._unsatisfiable_message(r), False, product, limit
+        quota = self._shortfall(w.namespace, r)
+        if quota is not None:
+            return QUOTA_EXCEEDED, quota, False, product, limit
+        if r not in fits:
+            fits[r] = self.policy.choose(self.ledger, r) is not None
+        if fits[r]:
+            return ADMISSIBLE, "fits now: the next admission step starts it", True, product, limit
+        if r not in wants:
+            wants[r] = self._capacity_message(r)
+        return NO_CAPACITY, wants[r], False, product, limit
+
+    def _guard_message(self, head: WaitingClaim, now: float, est: float | None) -> str:
+        limit = self.age_limit(head.product)
+        when = "unknown (running claims declare no time limit)" if est is None else f"in {_span(est - now)}"
+        return (f"fits now, but {head.claim} ({head.product}) has waited {_span(now - head.arrived_at)}, past its "
+                f"{_span(limit)} limit, and goes first; a claim may start before it only with a declared time "
+                f"limit ending by its estimated start ({when})")
+
+    def _starving_message(self, w: WaitingClaim, now: float, est: float | None) -> str:
+        when = "unknown: running claims declare no time limit" if est is None else f"in {_span(est - now)}"
+        return (f"waited {_span(now - w.arrived_at)}, past its {_span(self.age_limit(w.product))} limit: "
+                f"younger claims are held back until it starts (estimated start {when})")
+
+    def _capacity_message(self, r: Request) -> str:
+        """What a claim waits for: the slice it needs against the largest free one."""
+        what = f" ({r.product})" if r.product else ""
+        if r.gpu_less:
+            return f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM on one node; no node has both free"
+        if r.whole and r.count > 1:
+            best: tuple[int, str] | None = None
+            for node in self.ledger.nodes.values():
+                empty = sum(1 for g in node.gpus if g.empty and r.accepts_model(g.model))
+                if best is None or empty > best[0]:
+                    best = (empty, node.name)
+            most = f"at most {best[0]} on node {best[1]}" if best else "no nodes"
+            return f"needs {r.count} empty cards on one node{what}; {most}"
+        need = "an empty card" if r.whole else f"a {r.milli}-milli slice"
+        largest = None
+        for model in self.ledger.models():
+            if r.accepts_model(model):
+                g = next(self.ledger.gpus_from_largest(model, 0), None)
+                if g is not None and (largest is None or g.free_milli > largest.free_milli):
+                    largest = g
+        if largest is None:
+            return f"needs {need}{what}; the cluster has no matching GPU"
+        if largest.free_milli >= r.milli:
+            return (f"needs {need}{what} with {r.memory_mib} MiB of GPU memory and the node's CPU/RAM; "
+                    "no GPU has all of it free")
+        return f"needs {need}{what}; largest free is {largest.free_milli} on node {largest.node}"
+
+    def _unsatisfiable_message(self, r: Request) -> str:
+        model = r.model or "any"
+        if r.gpu_less:
+            return (f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM; no node is that large "
+                    "(re-checked when nodes join)")
+        cards = f"{r.count} {model} cards" if r.count > 1 else f"a {model} card"
+        return (f"{r.describe()} can never fit: no node has {cards} with {r.memory_mib} MiB each and room for "
+                f"{r.cpu_milli}m CPU / {r.host_memory_mib} MiB RAM (re-checked when nodes join)")
+
+    # ---- entitlements and satisfiability ------------------------------------------------------
+
+    def _shortfall(self, namespace: str, request: Request) -> str | None:
+        return shortfall(self._entitlements.get(namespace), namespace, request, self._usage)
+
+    def _over_entitlement(self, namespace: str, request: Request) -> bool:
+        return namespace in self._entitlements and self._shortfall(namespace, request) is not None
+
+    def _holds(self, r: Request) -> bool:
+        """Could some node hold ``r`` when empty? Cached per shape: a yes by the node that proved it
+        (still valid while that very node is in the ledger), a no by the last node added (valid
+        until another node joins; removals cannot turn a no into a yes)."""
+        cached = self._holdable.get(r)
+        nodes = self.ledger.nodes
+        if cached is not None:
+            ok, witness = cached
+            if ok and witness is not None and nodes.get(witness.name) is witness:
+                return True
+            if not ok and next(reversed(nodes.values()), None) is witness:
+                return False
+        for node in nodes.values():
+            if _could_hold(node, r):
+                self._holdable[r] = (True, node)
+                return True
+        self._holdable[r] = (False, next(reversed(nodes.values()), None))
+        return False
+
+    # ---- bookkeeping -----------------------------------------------------------------------------
+
+    def _refuse_known(self, claim: str) -> None:
+        if claim in self._waiting:
+            raise QueueError(f"claim {claim} is already waiting")
+        if claim in self._running:
+            raise QueueError(f"claim {claim} is already running")
+
+    def _enqueue(self, claim: WaitingClaim, seq: int) -> None:
+        key: Key = (-claim.priority, float(claim.arrived_at), seq)
+        ckey: ClassKey = (claim.request, claim.namespace, claim.priority)
+        cid = self._class_of.get(ckey)
+        if cid is None:
+            cid = self._new_id()
+            self._class_of[ckey] = cid
+            self._classes[cid] = _Class(cid, claim.request, claim.namespace, claim.priority)
+        cls = self._classes[cid]
+        shape = self._shapes.get(claim.request)
+        if shape is None:
+            shape = self._shapes[claim.request] = _Shape(self._new_id(), claim.request)
+        old = cls.keys[0] if cls.keys else None
+        cls.keys.add(key)
+        if claim.time_limit is not None:
+            cls.limits.add((claim.time_limit, key))
+            self._limited_waiting += 1
+        if old != cls.keys[0]:
+            self._move_head(shape, cid, old, key)
+        self._order.add(key)
+        self._waiting[claim.claim] = (claim, key, cid)
+        self._by_seq[seq] = claim.claim
+
+    def _dequeue(self, name: str) -> None:
+        claim, key, cid = self._waiting.pop(name)
+        del self._by_seq[key[2]]
+        self._order.remove(key)
+        cls = self._classes[cid]
+        shape = self._shapes[cls.shape]
+        old = cls.keys[0]
+        cls.keys.remove(key)
+        if claim.time_limit is not None:
+            cls.limits.remove((claim.time_limit, key))
+            self._limited_waiting -= 1
+        if old == key:
+            self._move_head(shape, cid, key, cls.keys[0] if cls.keys else None)
+        if not cls.keys:
+            del self._classes[cid]
+            del self._class_of[(cls.shape, cls.namespace, cls.priority)]
+        if not shape.heads:
+            del self._shapes[cls.shape]
+
+    @staticmethod
+    def _move_head(shape: _Shape, cid: int, old: Key | None, new: Key | None) -> None:
+        if old is not None:
+            shape.heads.remove((old, cid))
+            shape.by_age.remove((old[1], old))
+        if new is not None:
+            shape.heads.add((new, cid))
+            shape.by_age.add((new[1], new))
+
+    def _track(self, name: str, run: _Running) -> None:
+        self._running[name] = run
+        self._usage.add(run.namespace, run.request)
+        if run.ends_at is not None:
+            self._ends.add((run.ends_at, name))
+
+    def _untrack(self, name: str) -> None:
+        run = self._running.pop(name)
+        self._usage.remove(run.namespace, run.request)
+        if run.ends_at is not None:
+            self._ends.remove((run.ends_at, name))
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def verify(self) -> None:
+        """Recompute every index from the claims; AssertionError names the first mismatch."""
+        keys = sorted(k for _, k, _ in self._waiting.values())
+        assert list(self._order) == keys, "queue order index drifted"
+        assert {k[2]: n for n, (_, k, _) in self._waiting.items()} == self._by_seq, "seq index drifted"
+        members: dict[int, list[Key]] = {}
+        limited = 0
+        for claim, key, cid in self._waiting.values():
+            cls = self._classes[cid]
+            assert (cls.shape, cls.namespace, cls.priority) == (claim.request, claim.namespace, claim.priority)
+            assert key == (-claim.priority, float(claim.arrived_at), key[2]), f"{claim.claim}: stale key"
+            members.setdefault(cid, []).append(key)
+            limited += claim.time_limit is not None
+        assert limited == self._limited_waiting, "limited-claim count drifted"
+        assert set(members) == set(self._classes), "empty or missing class"
+        heads: dict[Request, list[tuple[Key, int]]] = {}
+        for cid, cls in self._classes.items():
+            assert list(cls.keys) == sorted(members[cid]), f"class {cid} drifted"
+            lims = sorted((self._waiting[self._by_seq[k[2]]][0].time_limit, k) for k in members[cid]
+                          if self._waiting[self._by_seq[k[2]]][0].time_limit is not None)
+            assert list(cls.limits) == lims, f"class {cid} time-limit index drifted"
+            heads.setdefault(cls.shape, []).append((cls.keys[0], cid))
+        assert set(heads) == set(self._shapes), "empty or missing shape"
+        for request, shape in self._shapes.items():
+            assert list(shape.heads) == sorted(heads[request]), "shape head index drifted"
+            assert list(shape.by_age) == sorted((k[1], k) for k, _ in heads[request]), "shape age index drifted"
+        book = UsageBook()
+        for run in self._running.values():
+            book.add(run.namespace, run.request)
+        for ns in set(book.namespaces()) | set(self._usage.namespaces()):
+            assert book.of(ns) == self._usage.of(ns), f"usage of {ns} drifted"
+        ends = sorted((r.ends_at, n) for n, r in self._running.items() if r.ends_at is not None)
+        assert list(self._ends) == ends, "declared-end index drifted"
+        assert not set(self._waiting) & set(self._running), "a claim both waits and runs"
+
+
+def _backfill_order(entry: tuple[float, Key]) -> tuple[int, float, Key]:
+    """Backfill order of a (time limit, Key) entry: priority, then the shortest limit, then arrival."""
+    limit, key = entry
+    return (key[0], limit, key)
+
+
+def _could_hold(node: Node, r: Request) -> bool:
+    """Could ``node``, empty, hold ``r``?"""
+    if node.cpu_milli is not None and r.cpu_milli > node.cpu_milli:
+        return False
+    if node.memory_mib is not None and r.host_memory_mib > node.memory_mib:
+        return False
+    if r.gpu_less:
+        return True
+    cards = sum(1 for g in node.gpus if r.accepts_model(g.model) and g.milli >= r.milli
+                and g.memory_mib >= r.memory_mib)
+    return cards >= r.count
+
+
+def _finite(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _span(seconds: float) -> str:
+    """A short human duration: 45 s, 12 min, 2.5 h."""
+    s = max(0.0, seconds)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        minutes, rest = divmod(round(s), 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    return f"{s / 3600:.1f} h"
