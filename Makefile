@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 ## demo: the main job on the embedded default (no cluster needed)
 demo: $(STAMP)
-	$(BIN)/gpuslice demo
+	$(BIN)/gpuslice serve --standalone --demo
 
 ## test: the whole test suite but the end-to-end one (unit, property, wire, gunicorn)
 test: $(STAMP)
