@@ -1,0 +1,400 @@
+"""Properties of the claim queue over random arrival/departure sequences (hypothesis).
+
+A harness replays random events (arrivals, departures, withdrawals, priority and entitlement
+changes, nodes joining, time passing) against a ``ClaimQueue`` and keeps its own model of who
+waits and who runs; after every admission step it checks, independently of the queue's code:
+
+* no overtaking of an equal request (same priority, request and declared limit, and the same
+  namespace while any entitlement is set);
+* entitlements are never exceeded by an admission;
+* work conservation: under best effort and the aging guard, no claim waits for capacity
+  (``NoCapacity``/``WaitingForReservation``) while a slice it fits is free;
+* strict FIFO: nothing is admitted behind a claim left waiting for capacity;
+* bounded wait: under the aging guard, once a claim has waited past its limit, nothing behind it
+  is admitted unless its declared limit ends before the head's estimated start, recomputed here
+  by a reference implementation on a copy of the ledger;
+* every waiting claim is explained once, with one reason and positions 1..n (and 1..k per product).
+
+And an adversarial stream of quarter slices that keeps every card partly busy starves a whole
+card under ``best-effort-fifo`` but not under the default aging guard.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packing.entitlements import Entitlement, product_name
+from packing.ledger import Ledger
+from packing.policies import BEST_FIT, POLICIES, Policy
+from packing.products import Request, load_catalog
+from packing.queue import (
+    ADMISSIBLE,
+    AGING_GUARD,
+    BEST_EFFORT_FIFO,
+    BLOCKED_BY_HEAD_OF_LINE,
+    NO_CAPACITY,
+    QUOTA_EXCEEDED,
+    REASONS,
+    STRICT_FIFO,
+    UNSATISFIABLE,
+    WAITING_FOR_RESERVATION,
+    Admission,
+    ClaimQueue,
+    WaitingClaim,
+)
+
+V100 = "Tesla-V100-SXM2-32GB"
+CATALOG = load_catalog()
+Q = CATALOG.request("v100-25")
+H = CATALOG.request("v100-50")
+W = CATALOG.request("v100-100")
+W2 = CATALOG.request("v100-100", count=2)
+T4 = Request(milli=250, memory_mib=4096, model="Tesla-T4*", product="t4-25")  # no such card joins
+PRODUCTS = [Q, Q, Q, H, H, W, W2, T4]
+NAMESPACES = ["a", "b", "c"]
+AGE_LIMIT = 900.0
+
+Key = tuple[int, float, int]
+
+
+def clone(ledger: Ledger) -> Ledger:
+    """An independent copy rebuilt through the public API."""
+    copy = Ledger()
+    for n in sorted(ledger.nodes.values(), key=lambda n: n.order):
+        copy.add_node(n.name, [(g.uuid, g.model, g.memory_mib) for g in n.gpus], n.cpu_milli, n.memory_mib,
+                      order=n.order)
+    for a in ledger.allocations.values():
+        copy.assign(a.claim, a.request, a.node, a.gpus, a.expires_at)
+    return copy
+
+
+def could_ever_fit(ledger: Ledger, r: Request) -> bool:
+    return any(
+        sum(1 for g in n.gpus if r.accepts_model(g.model) and g.memory_mib >= r.memory_mib) >= r.count
+        for n in ledger.nodes.values()
+    )
+
+
+def within(ent: Entitlement | None, slices: dict[str, int], milli: int, r: Request) -> bool:
+    if ent is None:
+        return True
+    product = product_name(r)
+    cap = ent.max_slices.get(product)
+    if cap is not None and slices.get(product, 0) + r.count > cap:
+        return False
+    return ent.max_milli is None or milli + r.total_milli <= ent.max_milli
+
+
+@dataclass
+class Running:
+    namespace: str
+    request: Request
+    started: float
+    limit: float | None
+
+
+@dataclass
+class Harness:
+    admission: str
+    policy: Policy = BEST_FIT
+    ledger: Ledger = field(default_factory=Ledger)
+    now: float = 0.0
+    waiting: dict[str, WaitingClaim] = field(default_factory=dict)
+    seq: dict[str, int] = field(default_factory=dict)
+    running: dict[str, Running] = field(default_factory=dict)
+    entitlements: dict[str, Entitlement] = field(default_factory=dict)
+    admitted: list[str] = field(default_factory=list)
+    counter: int = 0
+    starving_admitted: int = 0  # how often a guard head was later admitted (the test reaches that case)
+
+    def __post_init__(self) -> None:
+        for i in range(2):
+            self.ledger.add_node(f"n{i}", [(f"n{i}-g0", V100, 32768)])
+        self.queue = ClaimQueue(self.ledger, self.policy, self.admission, default_age_limit=AGE_LIMIT)
+
+    def key(self, name: str) -> Key:
+        c = self.waiting[name]
+        return (-c.priority, c.arrived_at, self.seq[name])
+
+    # ---- events ----------------------------------------------------------------------------
+
+    def apply(self, op: tuple[object, ...]) -> None:
+        kind = op[0]
+        if kind == "arrive":
+            _, r, ns, priority, limit = op
+            self.counter += 1
+            name = f"c{self.counter}"
+            c = WaitingClaim(name, str(ns), r, arrived_at=self.now, priority=int(str(priority)),  # type: ignore[arg-type]
+                             time_limit=limit)  # type: ignore[arg-type]
+            self.queue.arrive(c)
+            self.waiting[name] = c
+            self.seq[name] = self.counter
+        elif kind == "depart" and self.running:
+            name = sorted(self.running)[int(str(op[1])) % len(self.running)]
+            self.queue.depart(name, self.now)
+            del self.running[name]
+        elif kind == "withdraw" and self.waiting:
+            name = sorted(self.waiting)[int(str(op[1])) % len(self.waiting)]
+            assert self.queue.withdraw(name)
+            del self.waiting[name]
+        elif kind == "priority" and self.waiting:
+            name = sorted(self.waiting)[int(str(op[1])) % len(self.waiting)]
+            self.queue.set_priority(name, int(str(op[2])))
+            self.waiting[name] = replace(self.waiting[name], priority=int(str(op[2])))
+        elif kind == "tick":
+            self.now += float(str(op[1]))
+        elif kind == "quota":
+            _, ns, ent = op
+            self.queue.set_entitlement(str(ns), ent)  # type: ignore[arg-type]
+            if ent is None:
+                self.entitlements.pop(str(ns), None)
+            else:
+                self.entitlements[str(ns)] = ent  # type: ignore[assignment]
+        elif kind == "node" and len(self.ledger.nodes) < 4:
+            i = len(self.ledger.nodes)
+            self.ledger.add_node(f"n{i}", [(f"n{i}-g{j}", V100, 32768) for j in range(2)])
+
+    # ---- one admission step and its checks -------------------------------------------------
+
+    def usage(self) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
+        slices: dict[str, dict[str, int]] = {}
+        milli: dict[str, int] = {}
+        for run in self.running.values():
+            per = slices.setdefault(run.namespace, {})
+            per[product_name(run.request)] = per.get(product_name(run.request), 0) + run.request.count
+            milli[run.namespace] = milli.get(run.namespace, 0) + run.request.total_milli
+        return slices, milli
+
+    def step(self) -> list[Admission]:
+        before = dict(self.waiting)
+        starving = [n for n, c in before.items()
+                    if self.now - c.arrived_at > AGE_LIMIT and could_ever_fit(self.ledger, c.request)]
+        keys = {n: self.key(n) for n in before}
+        admissions = self.queue.admit(self.now)
+        self.queue.verify()
+        self.ledger.verify()
+        names = [a.claim for a in admissions]
+        assert len(set(names)) == len(names) and set(names) <= set(before)
+        for a in admissions:
+            assert self.ledger.allocations[a.claim] == a.allocation
+            assert a.allocation.request == before[a.claim].request
+
+        self.check_entitlements(admissions, before)
+        self.check_no_overtaking(names, keys, before)
+        if self.admission == AGING_GUARD and not self.entitlements:
+            self.check_bounded_wait(admissions, starving, keys, before)
+        if self.admission == STRICT_FIFO:
+            self.check_strict_order(names, keys, before)
+
+        for a in admissions:
+            c = self.waiting.pop(a.claim)
+            self.running[a.claim] = Running(c.namespace, c.request, self.now, c.time_limit)
+            self.admitted.append(a.claim)
+            self.starving_admitted += a.claim in starving
+        self.check_explain()
+        return admissions
+
+    def check_entitlements(self, admissions: list[Admission], before: dict[str, WaitingClaim]) -> None:
+        slices, milli = self.usage()
+        for a in admissions:
+            c = before[a.claim]
+            per = slices.setdefault(c.namespace, {})
+            assert within(self.entitlements.get(c.namespace), per, milli.get(c.namespace, 0), c.request), \
+                f"{a.claim} admitted over the entitlement of {c.namespace}"
+            per[product_name(c.request)] = per.get(product_name(c.request), 0) + c.request.count
+            milli[c.namespace] = milli.get(c.namespace, 0) + c.request.total_milli
+
+    def check_no_overtaking(self, names: list[str], keys: dict[str, Key], before: dict[str, WaitingClaim]) -> None:
+        def same(c: WaitingClaim) -> tuple[object, ...]:
+            # entitlements are per namespace: without any, claims of every namespace are equal
+            return (c.namespace if self.entitlements else "", c.priority, c.request, c.time_limit)
+
+        still = [n for n in before if n not in set(names)]
+        for i, x in enumerate(names):
+            for y in still + names[i + 1:]:
+                if same(before[y]) == same(before[x]):
+                    assert keys[y] > keys[x], f"{x} overtook the equal, older {y}"
+
+    def check_strict_order(self, names: list[str], keys: dict[str, Key], before: dict[str, WaitingClaim]) -> None:
+        """Strict FIFO: nothing is admitted behind a claim left waiting for capacity (usage only grows
+        during a step, so one within its entitlement now was within it all step)."""
+        slices, milli = self.usage()
+        for a in names:
+            c = before[a]
+            per = slices.setdefault(c.namespace, {})
+            per[product_name(c.request)] = per.get(product_name(c.request), 0) + c.request.count
+            milli[c.namespace] = milli.get(c.namespace, 0) + c.request.total_milli
+        blocking = [keys[n] for n, c in before.items() if n not in set(names)
+                    and could_ever_fit(self.ledger, c.request)
+                    and within(self.entitlements.get(c.namespace), slices.get(c.namespace, {}),
+                               milli.get(c.namespace, 0), c.request)]
+        if blocking and names:
+            assert max(keys[n] for n in names) < min(blocking), "strict FIFO admitted a claim behind its head"
+
+    def check_bounded_wait(self, admissions: list[Admission], starving: list[str], keys: dict[str, Key],
+                           before: dict[str, WaitingClaim]) -> None:
+        admitted = {a.claim for a in admissions}
+        left = sorted((n for n in starving if n not in admitted), key=lambda n: keys[n])
+        if not left:
+            return
+        head = left[0]
+        behind = [a for a in admissions if keys[a.claim] > keys[head]]
+        if not behind:
+            return
+        est = self.reference_start(before[head].request, behind, admissions)
+        for a in behind:
+            limit = before[a.claim].time_limit
+            assert limit is not None and est is not None and self.now + limit <= est + 1e-6, \
+                f"{a.claim} overtook the starving {head} without ending before its start ({est})"
+            assert a.backfill
+
+    def reference_start(self, r: Request, behind: list[Admission], admissions: list[Admission]) -> float | None:
+        """Earliest declared end after which ``r`` fits, the backfilled claims taken out again."""
+        ledger = clone(self.ledger)
+        for a in behind:
+            ledger.release(a.claim)
+        assert self.policy.choose(ledger, r) is None, "a starving head that fits was not admitted"
+        ends = [(run.started + run.limit, n) for n, run in self.running.items() if run.limit is not None]
+        skip = {a.claim for a in behind}
+        ends += [(self.now + self.waiting[a.claim].time_limit, a.claim) for a in admissions  # type: ignore[operator]
+                 if a.claim not in skip and self.waiting[a.claim].time_limit is not None]
+        for end, name in sorted(ends):
+            if name in ledger.allocations:
+                ledger.release(name)
+            if self.policy.choose(ledger, r) is not None:
+                return max(end, self.now)
+        return None
+
+    def check_explain(self) -> None:
+        explained = self.queue.explain(self.now)
+        names = [e.claim for e in explained]
+        assert names == sorted(self.waiting, key=self.key), "explain is not in queue order"
+        assert [e.position for e in explained] == list(range(1, len(explained) + 1))
+        per_product: dict[str, list[int]] = {}
+        for e in explained:
+            per_product.setdefault(e.product, []).append(e.product_position)
+        for positions in per_product.values():
+            assert positions == list(range(1, len(positions) + 1))
+        slices, milli = self.usage()
+        for e in explained:
+            c = self.waiting[e.claim]
+            assert e.reason in REASONS and e.reason != ADMISSIBLE, f"{e.claim}: {e.reason} after a step"
+            assert e.message and e.waited == self.now - c.arrived_at
+            fits = self.policy.choose(self.ledger, c.request) is not None
+            holdable = could_ever_fit(self.ledger, c.request)
+            allowed = within(self.entitlements.get(c.namespace), slices.get(c.namespace, {}),
+                             milli.get(c.namespace, 0), c.request)
+            assert (e.reason == UNSATISFIABLE) == (not holdable)
+            if holdable:
+                assert (e.reason == QUOTA_EXCEEDED) == (not allowed)
+            if e.reason in (NO_CAPACITY, WAITING_FOR_RESERVATION):
+                assert not fits, f"{e.claim} waits for capacity while a slice it fits is free"
+            if e.reason == BLOCKED_BY_HEAD_OF_LINE:
+                assert fits and self.admission != BEST_EFFORT_FIFO
+            if e.reason == WAITING_FOR_RESERVATION:
+                assert self.admission == AGING_GUARD and self.now - c.arrived_at > AGE_LIMIT
+
+
+quota = st.one_of(
+    st.none(),
+    st.builds(Entitlement, st.dictionaries(st.sampled_from(["v100-25", "v100-50", "v100-100"]),
+                                           st.integers(0, 3), max_size=2),
+              st.one_of(st.none(), st.sampled_from([500, 1000, 2000]))),
+)
+arrive = st.tuples(st.just("arrive"), st.sampled_from(PRODUCTS), st.sampled_from(NAMESPACES),
+                  st.sampled_from([0, 0, 0, 1]), st.sampled_from([None, None, 200.0, 1000.0, 5000.0]))
+other = st.one_of(
+    st.tuples(st.just("depart"), st.integers(0, 99)),
+    st.tuples(st.just("depart"), st.integers(0, 99)),
+    st.tuples(st.just("withdraw"), st.integers(0, 99)),
+    st.tuples(st.just("priority"), st.integers(0, 99), st.integers(0, 2)),
+    st.tuples(st.just("quota"), st.sampled_from(NAMESPACES), quota),
+    st.tuples(st.just("node")),
+)
+tick = st.tuples(st.just("tick"), st.sampled_from([1.0, 120.0, 400.0, 1000.0]))
+event = st.integers(0, 9).flatmap(lambda i: arrive if i < 5 else tick if i < 7 else other)
+
+
+@settings(max_examples=200, deadline=None)
+@given(admission=st.sampled_from([AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO]),
+       policy=st.sampled_from(sorted(POLICIES)),
+       quotas=st.dictionaries(st.sampled_from(NAMESPACES), quota, max_size=2),
+       events=st.lists(event, min_size=10, max_size=60))
+def test_random_sequences_keep_every_queue_property(
+        admission: str, policy: str, quotas: dict[str, Entitlement | None], events: list[tuple[object, ...]]) -> None:
+    h = Harness(admission, POLICIES[policy])
+    for ns, ent in quotas.items():
+        h.apply(("quota", ns, ent))
+    for op in events:
+        h.apply(op)
+        h.step()
+
+
+# without entitlements the bounded-wait check applies at every step: weight events toward contention
+busy_arrive = st.tuples(st.just("arrive"), st.sampled_from([Q, Q, H, W, W, W2]), st.sampled_from(NAMESPACES),
+                       st.sampled_from([0, 0, 0, 1]), st.sampled_from([None, 100.0, 300.0, 1000.0, 3000.0]))
+busy = st.integers(0, 9).flatmap(lambda i: busy_arrive if i < 5 else st.one_of(
+    st.tuples(st.just("depart"), st.integers(0, 99)),
+    st.tuples(st.just("tick"), st.sampled_from([60.0, 300.0, 1000.0])),
+))
+
+
+@settings(max_examples=120, deadline=None)
+@given(events=st.lists(busy, min_size=20, max_size=80))
+def test_aging_guard_never_lets_a_claim_overtake_a_starving_head(events: list[tuple[object, ...]]) -> None:
+    h = Harness(AGING_GUARD)
+    h.ledger.add_node("n2", [("n2-g0", V100, 32768), ("n2-g1", V100, 32768)])
+    for op in events:
+        h.apply(op)
+        h.step()
+
+
+# ---- the adversarial stream ------------------------------------------------------------------------
+
+
+def quarter_stream(admission: str, cards: int, runtime: float, limit: float, offsets: list[int],
+                   declare: bool, horizon: float) -> float | None:
+    """Fill ``cards`` cards with quarters whose ends are spread; a whole card arrives at 0; every
+    quarter that ends is replaced at once by a new one of the same runtime. Returns when the whole
+    card was admitted, None if it never was before ``horizon``."""
+    ledger = Ledger()
+    ledger.add_node("n0", [(f"g{i}", V100, 32768) for i in range(cards)])
+    q = ClaimQueue(ledger, admission=admission, default_age_limit=limit)
+    ends: dict[str, float] = {}
+    n = 4 * cards
+    for i in range(n):
+        q.arrive(WaitingClaim(f"q{i}", "stream", Q, arrived_at=0.0))
+    for a in q.admit(0.0):
+        ends[a.claim] = runtime * (offsets[int(a.claim[1:])] + 1) / (n + 1)  # distinct, spread over (0, R)
+    assert len(ends) == n
+    q.arrive(WaitingClaim("whole", "big", W, arrived_at=0.0))
+    counter = n
+    while True:
+        now = min(ends.values())
+        if now > horizon:
+            return None
+        for name in [c for c, t in ends.items() if t == now]:
+            q.depart(name, now)
+            del ends[name]
+            counter += 1
+            q.arrive(WaitingClaim(f"q{counter}", "stream", Q, arrived_at=now,
+                                  time_limit=runtime if declare else None))
+        for a in q.admit(now):
+            if a.claim == "whole":
+                return now
+            ends[a.claim] = now + runtime
+
+
+@settings(max_examples=40, deadline=None)
+@given(cards=st.integers(1, 3), runtime=st.sampled_from([300.0, 600.0, 1200.0]),
+       limit=st.sampled_from([600.0, 1800.0, 3600.0]), declare=st.booleans(), data=st.data())
+def test_a_stream_of_quarters_starves_a_whole_card_only_under_best_effort(
+        cards: int, runtime: float, limit: float, declare: bool, data: st.DataObject) -> None:
+    offsets = data.draw(st.permutations(range(4 * cards)))
+    horizon = limit + 4 * runtime
+    assert quarter_stream(BEST_EFFORT_FIFO, cards, runtime, limit, offsets, declare, horizon) is None
+    started = quarter_stream(AGING_GUARD, cards, runtime, limit, offsets, declare, horizon)
+    assert started is not None and started <= limit + runtime, f"whole card started at {started}"
