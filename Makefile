@@ -18,11 +18,11 @@ demo: $(STAMP)
 
 ## test: the whole test suite but the end-to-end one (unit, property, wire, gunicorn)
 test: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/e2e
+	$(BIN)/python -m pytest -q tests --ignore=tests/e2e
 
 ## e2e: real etcd + kube-apiserver + kube-scheduler, built from pinned sources (cached)
 e2e: $(STAMP)
-	$(BIN)/python -m pytest tests/e2e
+	$(BIN)/python -m pytest -q tests/e2e
 
 ## bench: speed figures printed as ratios measured in one run (never asserted in tests)
 bench: $(STAMP)
