@@ -90,6 +90,10 @@ def _serve(config: ExtenderConfig, tls_cert: str, tls_key: str) -> int:
         from extender.app import build_app
 
         build_app(config)  # fail here, with a clear message, rather than in a booting worker
+    else:
+        from extender.cluster.config import ClusterConfig
+
+        ClusterConfig.from_env()  # the same for bad GPUSLICE_* cluster settings
     if bool(tls_cert) != bool(tls_key):
         raise ConfigError("--tls-cert and --tls-key go together")
     os.environ.update(config.to_env())

@@ -66,8 +66,8 @@ class WaitingRoom:
         """``ask`` was bound and holds its slice in the ledger: the queue tracks it as running."""
         self._pods.pop(ask.uid, None)
         self._first.pop(ask.uid, None)
-        if ask.request is None:
-            return
+        if ask.request is None or self.queue.state(ask.uid) == "running":
+            return  # already running: the queue gate admitted it (its usage counts since then)
         try:
             self.queue.start(ask.uid, ask.namespace, ask.request, now, ask.time_limit_s)
         except QueueError as e:

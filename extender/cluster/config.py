@@ -1,0 +1,108 @@
+"""Cluster-mode settings, carried to the gunicorn worker in ``GPUSLICE_*`` variables like the rest.
+
+``extender.config.ExtenderConfig`` holds the HTTP surface and the decision settings; this holds
+what only a cluster needs: how to reach the API server, the leader Lease, the scheduler profile
+the webhook routes pods to, the queue gate, resync and notice periods. TLS (the webhook needs it) is gunicorn's:
+``gpuslice serve --tls-cert --tls-key``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from extender.config import ConfigError
+
+
+def _bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {raw!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """What cluster mode needs beyond ``ExtenderConfig``."""
+
+    kubeconfig: str = ""  # empty: the in-cluster service account
+    namespace: str = "gpuslice-system"  # where the Lease and the entitlements ConfigMap live
+    identity: str = ""  # leader-election identity; empty: the host name (the pod name in a cluster)
+    leader_elect: bool = True
+    lease_name: str = "gpuslice-extender"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+    scheduler_name: str = "gpuslice-scheduler"  # the webhook routes slice pods to this profile
+    gate: bool = True  # the queue controller lifts gates (off: pods are only explained, never gated)
+    resync_s: float = 60.0
+    tick_s: float = 1.0
+    notice_interval_s: float = 10.0  # position-only updates of a waiting pod's condition, at most this often
+    entitlements_configmap: str = "gpuslice-entitlements"
+    webhook_path: str = "/mutate"
+
+    def __post_init__(self) -> None:
+        if not self.namespace or not self.lease_name:
+            raise ConfigError("namespace and lease name must not be empty")
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ConfigError(
+                "leader election needs 0 < retry period < renew deadline < lease duration, got "
+                f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s}"
+            )
+        for name in ("resync_s", "tick_s", "notice_interval_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.webhook_path.startswith("/"):
+            raise ConfigError(f"webhook path must start with '/', got {self.webhook_path!r}")
+
+    @property
+    def who(self) -> str:
+        """The leader-election identity: stable across a container restart in the same pod."""
+        return self.identity or os.environ.get("POD_NAME") or socket.gethostname()
+
+    def to_env(self) -> dict[str, str]:
+        """``GPUSLICE_<FIELD>`` variables that ``from_env`` turns back into this config."""
+        out: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            out[_env_name(f.name)] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return out
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterConfig:
+        """Read every ``GPUSLICE_<FIELD>`` that is set; defaults for the rest. ConfigError if bad."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = source.get(_env_name(f.name))
+            if raw is None:
+                continue
+            parse = _PARSERS.get(f.name, str)
+            try:
+                values[f.name] = parse(raw)
+            except ValueError as e:
+                raise ConfigError(f"{_env_name(f.name)}={raw!r}: {e}") from None
+        if "namespace" not in values and source.get("POD_NAMESPACE"):
+            values["namespace"] = source["POD_NAMESPACE"]
+        return replace(cls(), **values) if values else cls()
+
+
+def _env_name(field_name: str) -> str:
+    return "GPUSLICE_" + field_name.upper()
+
+
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "leader_elect": _bool,
+    "gate": _bool,
+    "lease_duration_s": float,
+    "renew_deadline_s": float,
+    "retry_period_s": float,
+    "resync_s": float,
+    "tick_s": float,
+    "notice_interval_s": float,
+}

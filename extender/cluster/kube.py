@@ -1,0 +1,165 @@
+"""Raw-JSON access to the API server over the ``kubernetes`` client's connection and credentials.
+
+The generated client validates every argument and reply with pydantic models, which costs more
+than the call itself for pods, rejects plain dicts as bodies of typed calls (Binding, Lease), and
+with ``_preload_content=False`` stops checking the HTTP status. So gpuslice builds its few calls
+itself: ``Kube.request`` signs and sends a path with the client's configuration (client certs,
+bearer token, CA) and returns the reply as a dict, raising ``KubeError`` with the API server's
+message for any status outside 2xx.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client
+
+Obj = dict[str, Any]
+
+JSON_PATCH = "application/json-patch+json"
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+REQUEST_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: one stuck call must not hang a controller
+AUTH = ["BearerToken"]
+
+
+class KubeError(Exception):
+    """An API call failed; ``status`` is the HTTP status (0 when the server was not reached)."""
+
+    def __init__(self, status: int, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason  # the Status reason (AlreadyExists, Conflict, NotFound, ...)
+
+
+def _status_error(status: int, data: bytes) -> KubeError:
+    """A KubeError carrying the API server's Status message when the body has one."""
+    text = data.decode("utf-8", "replace") if data else ""
+    try:
+        doc = json.loads(text) if text else None
+    except json.JSONDecodeError:
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+        return KubeError(status, doc["message"], str(doc.get("reason") or ""))
+    return KubeError(status, text[:500] or f"HTTP {status}")
+
+
+def q(segment: str) -> str:
+    """A path segment, escaped."""
+    return quote(segment, safe="")
+
+
+class Kube:
+    """Signed raw requests through one ``kubernetes.client.ApiClient``."""
+
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        content_type: str = "application/json",
+        query: Mapping[str, Any] | None = None,
+        timeout: float | tuple[float, float] = REQUEST_TIMEOUT,
+    ) -> Obj:
+        """Send ``method path`` (with ``body`` as JSON) and return the reply object; KubeError otherwise."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        params = [(k, _param(v)) for k, v in (query or {}).items() if v is not None]
+        try:
+            m, url, hdrs, _, _ = self.api.param_serialize(
+                method, path, query_params=params or None, header_params=headers, auth_settings=AUTH
+            )
+            resp = self.api.call_api(m, url, header_params=hdrs, body=body, _request_timeout=timeout)
+            data: bytes = resp.read()  # type: ignore[no-untyped-call]
+        except Exception as e:  # connection refused, TLS, timeouts: the server was not reached
+            raise KubeError(0, f"{type(e).__name__}: {e}") from None
+        if not 200 <= resp.status < 300:
+            raise _status_error(resp.status, data)
+        if not data:
+            return {}
+        doc = json.loads(data)
+        return doc if isinstance(doc, dict) else {"items": doc}
+
+    def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Any:
+        """Open a watch: the urllib3 response, to read line by line (KubeError for a non-2xx status)."""
+        params = [(k, _param(v)) for k, v in query.items() if v is not None]
+        try:
+            m, url, hdrs, _, _ = self.api.param_serialize(
+                "GET", path, query_params=params, header_params={"Accept": "application/json"}, auth_settings=AUTH
+            )
+            resp = self.api.call_api(m, url, header_params=hdrs, _request_timeout=(5.0, read_timeout))
+        except Exception as e:
+            raise KubeError(0, f"{type(e).__name__}: {e}") from None
+        if not 200 <= resp.status < 300:
+            raise _status_error(resp.status, resp.read())  # type: ignore[no-untyped-call]
+        return resp.response
+
+    # ---- the calls gpuslice makes ----------------------------------------------------------------
+
+    def get(self, path: str) -> Obj | None:
+        """The object at ``path``, None when it does not exist."""
+        try:
+            return self.request("GET", path)
+        except KubeError as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def get_pod(self, namespace: str, name: str) -> Obj | None:
+        return self.get(pod_path(namespace, name))
+
+    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
+        return self.request("PATCH", pod_path(namespace, name), body, content_type=content_type)
+
+    def patch_pod_status(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
+        return self.request("PATCH", pod_path(namespace, name) + "/status", body, content_type=content_type)
+
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pod's Binding; ``uid`` is a precondition (a re-created pod of that name fails)."""
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+        }
+        self.request("POST", pod_path(namespace, name) + "/binding", body)
+
+    def create_event(self, namespace: str, body: Obj) -> None:
+        self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body)
+
+    def get_claim_template(self, namespace: str, name: str) -> Obj | None:
+        return self.get(f"/apis/resource.k8s.io/v1/namespaces/{q(namespace)}/resourceclaimtemplates/{q(name)}")
+
+    def get_claim(self, namespace: str, name: str) -> Obj | None:
+        return self.get(f"/apis/resource.k8s.io/v1/namespaces/{q(namespace)}/resourceclaims/{q(name)}")
+
+
+def pod_path(namespace: str, name: str) -> str:
+    return f"/api/v1/namespaces/{q(namespace)}/pods/{q(name)}"
+
+
+def _param(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def parse_time(value: object) -> float:
+    """Seconds since the epoch of an API time (RFC 3339, with or without microseconds); 0 when unreadable."""
+    if not isinstance(value, str) or not value:
+        return 0.0
+    text = value.rstrip("Z")
+    fmt = "%Y-%m-%dT%H:%M:%S.%f" if "." in text else "%Y-%m-%dT%H:%M:%S"
+    try:
+        return datetime.strptime(text, fmt).replace(tzinfo=UTC).timestamp()
+    except ValueError:
+        return 0.0

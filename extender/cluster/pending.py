@@ -1,0 +1,255 @@
+"""Explained Pending: a pod condition and an Event for every waiting pod, updated on change only.
+
+The condition ``gpuslice.io/Queued`` (status True while the pod waits) carries the reason, the
+queue position and what the pod waits for. A new reason rewrites it at once and emits an Event,
+so ``kubectl describe pod`` tells the story; a changed position or message (capacity moved, the
+line moved) rewrites only the condition, at most every ``min_interval`` seconds: a long queue must
+not turn every admission into n status writes. When the queue admits the pod the condition turns
+False with reason ``Admitted`` (and one Event). The writes run in the reporter's own thread, so a
+slow API server never delays a gate being lifted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from extender.cluster.kube import STRATEGIC_PATCH, Kube, KubeError
+from packing.queue import Explanation
+
+log = logging.getLogger(__name__)
+
+CONDITION = "gpuslice.io/Queued"
+COMPONENT = "gpuslice"
+ADMITTED = "Admitted"
+REFUSED = "Refused"
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """What a pod should show now: condition status, reason, message, queue position (0: none)."""
+
+    reason: str
+    message: str
+    position: int = 0
+    status: str = "True"
+
+    def text(self) -> str:
+        """The condition/event message: position first, then what the pod waits for."""
+        if self.position:
+            return f"position {self.position} in the gpuslice queue: {self.message}"
+        return self.message
+
+
+def notice_of(e: Explanation) -> Notice:
+    """The notice for one waiting claim's explanation."""
+    message = f"{e.message} ({e.product}: {_ordinal(e.product_position)} of its product in line)"
+    return Notice(e.reason, message, e.position)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class Due:
+    condition: bool
+    event: bool
+
+
+@dataclass
+class PendingNotifier:
+    """Remembers what each pod was last told and decides what is due now (pure; no I/O)."""
+
+    min_interval: float = 10.0
+    _last: dict[str, tuple[Notice, float]] = field(default_factory=dict)
+
+    def due(self, pod_uid: str, notice: Notice, now: float) -> Due:
+        """A new reason or status: condition and event now. Same reason, other message or position:
+        the condition, once ``min_interval`` has passed since the last write. Nothing otherwise."""
+        last = self._last.get(pod_uid)
+        if last is None:
+            return Due(True, True)
+        before, at = last
+        if before.reason != notice.reason or before.status != notice.status:
+            return Due(True, True)
+        if before == notice:
+            return Due(False, False)
+        return Due(now - at >= self.min_interval, False)
+
+    def written(self, pod_uid: str, notice: Notice, now: float) -> None:
+        self._last[pod_uid] = (notice, now)
+
+    def told(self, pod_uid: str) -> Notice | None:
+        last = self._last.get(pod_uid)
+        return last[0] if last else None
+
+    def forget(self, pod_uid: str) -> None:
+        self._last.pop(pod_uid, None)
+
+    def __len__(self) -> int:
+        return len(self._last)
+
+
+def timestamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition_patch(notice: Notice, now: float) -> Obj:
+    """A strategic merge patch of the pod status setting our condition (merge key: type)."""
+    return {"status": {"conditions": [{
+        "type": CONDITION,
+        "status": notice.status,
+        "reason": notice.reason,
+        "message": notice.text(),
+        "lastTransitionTime": timestamp(now),
+    }]}}
+
+
+def event(pod: Mapping[str, Any], notice: Notice, now: float, kind: str = "Normal") -> Obj:
+    """A core/v1 Event about ``pod`` telling ``notice``."""
+    meta = pod.get("metadata") or {}
+    name = meta.get("name", "")
+    namespace = meta.get("namespace") or "default"
+    ts = timestamp(now)
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{name}.gpuslice.{int(now * 1e6):x}", "namespace": namespace},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
+                           "uid": meta.get("uid", "")},
+        "reason": notice.reason,
+        "message": notice.text(),
+        "type": kind,
+        "source": {"component": COMPONENT},
+        "reportingComponent": COMPONENT,
+        "reportingInstance": COMPONENT,
+        "firstTimestamp": ts,
+        "lastTimestamp": ts,
+        "count": 1,
+    }
+
+
+class PendingReporter:
+    """Writes conditions and Events for waiting pods from the latest queue explanation, in a thread."""
+
+    def __init__(
+        self,
+        kube: Kube,
+        lookup: Callable[[str], Obj | None],
+        min_interval: float = 10.0,
+        clock: Callable[[], float] = time.time,
+        on_write: Callable[[str], None] | None = None,
+    ) -> None:
+        self.kube = kube
+        self.lookup = lookup  # pod uid -> the pod as last seen (None when gone)
+        self.notifier = PendingNotifier(min_interval)
+        self.clock = clock
+        self.on_write = on_write  # metrics hook: "condition" or "event"
+        self._lock = threading.Lock()
+        self._latest: dict[str, Notice] = {}
+        self._extra: dict[str, Notice] = {}  # admitted / refused notices, written once
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, explanations: list[Explanation]) -> None:
+        """The queue's latest explanation of every waiting claim (replaces the previous one)."""
+        latest = {e.claim: notice_of(e) for e in explanations}
+        with self._lock:
+            self._latest = latest
+        self._wake.set()
+
+    def admitted(self, uid: str, node: str) -> None:
+        """The queue admitted the pod: its condition turns False (only if we had told it to wait)."""
+        if self.notifier.told(uid) is None:
+            return
+        with self._lock:
+            self._latest.pop(uid, None)  # its last waiting notice is stale now
+            self._extra[uid] = Notice(ADMITTED, f"a slice is reserved on node {node}; the scheduling gate is lifted",
+                                      0, "False")
+        self._wake.set()
+
+    def refused(self, uid: str, message: str) -> None:
+        """The pod asks for something gpuslice refuses: it stays gated, and says why."""
+        with self._lock:
+            self._extra[uid] = Notice(REFUSED, message, 0, "True")
+        self._wake.set()
+
+    def forget(self, uid: str) -> None:
+        with self._lock:
+            self._latest.pop(uid, None)
+            self._extra.pop(uid, None)
+            self.notifier.forget(uid)
+
+    def flush(self) -> int:
+        """Write every due condition and Event now; how many writes were made."""
+        with self._lock:
+            todo = {**self._latest, **self._extra}  # an admitted/refused notice wins over a stale waiting one
+            self._extra = {}
+        writes = 0
+        for uid, notice in todo.items():
+            now = self.clock()
+            with self._lock:
+                due = self.notifier.due(uid, notice, now)
+            if not (due.condition or due.event):
+                continue
+            pod = self.lookup(uid)
+            if pod is None:
+                continue
+            meta = pod.get("metadata") or {}
+            namespace, name = meta.get("namespace") or "default", meta.get("name") or ""
+            try:
+                if due.condition:
+                    self.kube.patch_pod_status(namespace, name, condition_patch(notice, now), STRATEGIC_PATCH)
+                    writes += 1
+                    self._count("condition")
+                if due.event:
+                    kind = "Warning" if notice.reason == REFUSED else "Normal"
+                    self.kube.create_event(namespace, event(pod, notice, now, kind))
+                    writes += 1
+                    self._count("event")
+            except KubeError as e:
+                if e.status == 404:
+                    self.forget(uid)
+                else:
+                    log.warning("explaining pod %s/%s failed: %s", namespace, name, e)
+                continue
+            with self._lock:
+                if uid in self._latest or notice.reason in (ADMITTED, REFUSED):
+                    self.notifier.written(uid, notice, now)
+        return writes
+
+    def _count(self, kind: str) -> None:
+        if self.on_write is not None:
+            self.on_write(kind)
+
+    def run(self) -> None:
+        while not self._stopped.is_set():
+            self._wake.wait(self.notifier.min_interval)
+            self._wake.clear()
+            if self._stopped.is_set():
+                break
+            try:
+                self.flush()
+            except Exception:  # the reporter must outlive one bad write
+                log.exception("pending reporter failed")
+
+    def start(self) -> threading.Thread:
+        self._thread = threading.Thread(target=self.run, name="pending-reporter", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopped.set()
+        self._wake.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)

@@ -1,0 +1,224 @@
+"""Cluster mode: the extender app with the sync, the queue gate, the webhook and leader election.
+
+``ClusterRuntime`` assembles the parts around one ``ClusterState``. Each leadership term starts
+from an empty ledger, rebuilds it from the API (``/readyz`` stays 503 until then), and only then
+runs the watches, the queue gate and the Pending reporter; losing the Lease ends the term at once
+(not ready, parts stopped, ledger dropped). While not ready, filter and bind answer with an
+``Error`` (kube-scheduler retries the pod with backoff) rather than decide on a partial ledger.
+
+gunicorn serves it from its one worker: ``extender.cluster.serve:app_from_env()`` with the
+settings in ``GPUSLICE_*`` variables (``extender.config`` and ``extender.cluster.config``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from dataclasses import dataclass, field
+
+from flask import Flask, Response, request
+from kubernetes import client
+from kubernetes import config as kube_config
+
+from extender.app import create_app, settle_heap
+from extender.cluster.asks import slice_request
+from extender.cluster.binder import ClusterBinder
+from extender.cluster.config import ClusterConfig
+from extender.cluster.dra import ClaimResolver
+from extender.cluster.gate import GateController
+from extender.cluster.kube import Kube, KubeError
+from extender.cluster.leader import LeaderElector
+from extender.cluster.metrics import ClusterMetrics
+from extender.cluster.pending import PendingReporter
+from extender.cluster.state import ClusterState
+from extender.cluster.sync import ClusterSync
+from extender.cluster.webhook import Pod
+from extender.cluster.webhook import handle as handle_review
+from extender.config import ExtenderConfig
+from extender.metrics import ExtenderMetrics
+from extender.wire import FilterResult, binding_result, encode
+from packing.products import Catalog, load_catalog
+
+log = logging.getLogger("gpuslice.cluster")
+JSON = "application/json"
+NOT_READY = "gpuslice is not ready (rebuilding its ledger from the API, or a standby replica)"
+
+
+API_CONNECTIONS = 32  # watches, gate lifts, the reporter and every gunicorn thread's bind share one pool
+
+
+def api_client(kubeconfig: str) -> client.ApiClient:
+    """A client for ``kubeconfig``, or for the pod's service account when it is empty."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    configuration.connection_pool_maxsize = API_CONNECTIONS
+    return client.ApiClient(configuration)
+
+
+@dataclass
+class _Term:
+    """The parts of one leadership term."""
+
+    sync: ClusterSync
+    gate: GateController
+    reporter: PendingReporter
+    stopped: threading.Event = field(default_factory=threading.Event)
+    thread: threading.Thread | None = None
+
+
+class ClusterRuntime:
+    """Everything cluster mode runs around one ``ClusterState``."""
+
+    def __init__(
+        self,
+        config: ExtenderConfig,
+        cluster: ClusterConfig,
+        api: client.ApiClient | None = None,
+        catalog: Catalog | None = None,
+    ) -> None:
+        self.config = config
+        self.cluster = cluster
+        self.catalog = catalog or load_catalog(config.catalog or None)
+        self.kube = Kube(api if api is not None else api_client(cluster.kubeconfig))
+        self.binder = ClusterBinder(self.kube, may_write=lambda: self.state.ready)
+        self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
+        self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)
+        self.extender_metrics = ExtenderMetrics(lambda: {**self.state.gauges(), "ready": self.state.ready})
+        self.metrics = ClusterMetrics(self.extender_metrics.registry)
+        self.elector: LeaderElector | None = None
+        if cluster.leader_elect:
+            self.elector = LeaderElector(
+                self.kube, cluster.namespace, cluster.lease_name, cluster.who, self._lead, self._step_down,
+                cluster.lease_duration_s, cluster.renew_deadline_s, cluster.retry_period_s,
+            )
+        self._lock = threading.Lock()
+        self._term: _Term | None = None
+        self._settled = False
+
+    # ---- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Campaign for the Lease (or, without leader election, lead at once)."""
+        if self.elector is not None:
+            self.elector.start()
+        else:
+            self._lead()
+
+    def stop(self) -> None:
+        if self.elector is not None:
+            self.elector.stop()
+        self._step_down()
+
+    @property
+    def term(self) -> _Term | None:
+        return self._term
+
+    def _lead(self) -> None:
+        """Start a term: its rebuild runs in its own thread, so the Lease keeps being renewed."""
+        with self._lock:
+            if self._term is not None:
+                return
+            self.metrics.leader.set(1)
+            self.state.reset()
+            reporter = PendingReporter(self.kube, lambda uid: None, self.cluster.notice_interval_s,
+                                       on_write=lambda kind: self.metrics.notices.labels(kind).inc())
+            sync = ClusterSync(self.state, self.kube, self.cluster, self.metrics, reporter=reporter,
+                               recently_bound=self.binder.bound_since)
+            gate = GateController(self.state, self.kube, sync.pod, self.metrics, reporter, self.cluster.tick_s)
+            sync.kick = gate.kick  # the sync wakes the gate; both read pods from the sync's cache
+            reporter.lookup = sync.pod
+            term = _Term(sync, gate, reporter)
+            term.thread = threading.Thread(target=self._run_term, args=(term,), name="term", daemon=True)
+            self._term = term
+            term.thread.start()
+
+    def _run_term(self, term: _Term) -> None:
+        """Rebuild from the API (retrying while the API is away), then run the parts and turn ready."""
+        while not term.stopped.is_set():
+            try:
+                term.sync.rebuild()
+                break
+            except Exception as e:  # the API away, or a bad object: not ready, and try again
+                log.warning("rebuild from the API failed (%s); retrying in 1 s", e)
+                term.stopped.wait(1.0)
+        if not self._settled:
+            settle_heap()  # the rebuilt ledger is long-lived: keep full GC passes off the request path
+            self._settled = True
+        with self._lock:
+            if term.stopped.is_set() or self._term is not term:
+                return
+            term.sync.start()
+            term.reporter.start()
+            term.gate.start()
+            self.state.ready = True
+            term.gate.kick()
+        log.info("gpuslice is ready: %d nodes, %d bound claims", len(self.state.ledger.nodes),
+                 len(self.state.committed()))
+
+    def _step_down(self) -> None:
+        """End the term: not ready at once, parts stopped, ledger dropped."""
+        with self._lock:
+            term, self._term = self._term, None
+            self.state.ready = False
+            self.metrics.leader.set(0)
+            if term is None:
+                return
+            term.stopped.set()
+        term.gate.stop()
+        term.reporter.stop()
+        term.sync.stop()
+        self.state.reset()
+
+    # ---- webhook ---------------------------------------------------------------------------------
+
+    def asks_for_slice(self, pod: Pod) -> bool:
+        """For the webhook: does this pod ask for a slice? ValueError (deny, with the reason) when
+        its ask is refused or its DRA claim cannot be read now."""
+        try:
+            return slice_request(pod, self.catalog, self.resolver, self.config.refused_resources) is not None
+        except KubeError as e:
+            raise ValueError(f"cannot read the pod's ResourceClaim(Template) now: {e}") from None
+
+
+def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: ClusterRuntime | None = None,
+                       start: bool = True) -> Flask:
+    """The extender app in cluster mode; ``start`` campaigns for the Lease (or leads) right away."""
+    runtime = runtime or ClusterRuntime(config, cluster)
+    app = create_app(runtime.state, config, runtime.extender_metrics)
+    app.extensions["gpuslice-cluster"] = runtime
+    filter_path = config.verb_path(config.filter_verb)
+    bind_path = config.verb_path(config.bind_verb)
+    prioritize_path = config.verb_path(config.prioritize_verb)
+
+    @app.before_request
+    def refuse_while_not_ready() -> Response | None:
+        if runtime.state.ready or request.method != "POST":
+            return None
+        if request.path == filter_path:
+            return Response(encode(FilterResult(error=NOT_READY).to_wire()), 200, mimetype=JSON)
+        if request.path == bind_path:
+            return Response(encode(binding_result(NOT_READY)), 200, mimetype=JSON)
+        if request.path == prioritize_path:
+            return Response(encode({"error": NOT_READY}), 503, mimetype=JSON)
+        return None
+
+    def webhook() -> Response:
+        status, body = handle_review(request.get_data(cache=False), runtime.asks_for_slice,
+                                     cluster.scheduler_name or None, cluster.gate)
+        return Response(body, status, mimetype=JSON)
+
+    app.add_url_rule(cluster.webhook_path, "webhook", webhook, methods=["POST"])
+    if start:
+        runtime.start()
+        atexit.register(runtime.stop)  # a clean worker exit gives the Lease up: the standby need not wait
+    return app
+
+
+def app_from_env() -> Flask:
+    """gunicorn's entry point in cluster mode: ``extender.cluster.serve:app_from_env()``."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return create_cluster_app(ExtenderConfig.from_env(), ClusterConfig.from_env())

@@ -1,0 +1,380 @@
+"""gpuslice end to end: the real kube-apiserver and kube-scheduler, our extender under gunicorn.
+
+Scenarios (issue 5): best-fit packing through filter/prioritize/bind; explained Pending and a
+freed slice going to the head of the line within seconds; entitlements; a SIGKILL in the middle
+of a burst of 200 pods; a pod deleted while the extender is down; a DRA pod placed like an
+extended-resource one. Timings worth reporting are printed (``-s`` shows them) and written to
+``$GPUSLICE_E2E_TIMINGS`` when set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.cluster.kube import Kube, KubeError
+from packing.queue import REASONS
+
+from . import gpuslice_harness as h
+from .cluster import ControlPlane, create_namespace
+
+pytestmark = pytest.mark.e2e
+
+TIMINGS: dict[str, Any] = {}
+
+
+def note(key: str, value: Any) -> None:
+    """Record a measured figure (printed, and saved for the report)."""
+    TIMINGS[key] = value
+    print(f"[gpuslice e2e] {key}: {value}")
+    path = os.environ.get("GPUSLICE_E2E_TIMINGS")
+    if path:
+        Path(path).write_text(json.dumps(TIMINGS, indent=1) + "\n")
+
+
+@pytest.fixture(scope="module")
+def gs(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[h.Gpuslice]:
+    """gpuslice installed on the session's control plane for this module."""
+    started = time.monotonic()
+    g = h.install(control_plane, tmp_path_factory.mktemp("gpuslice"))
+    note("install_s", round(time.monotonic() - started, 2))
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+@pytest.fixture
+def kube(gs: h.Gpuslice) -> Kube:
+    return gs.kube
+
+
+@pytest.fixture
+def nodes(gs: h.Gpuslice) -> Iterator[list[str]]:
+    """Node names this test creates; deleted afterwards (with their ResourceSlices)."""
+    made: list[str] = []
+    yield made
+    h.delete_nodes(gs.kube, made)
+
+
+@pytest.fixture
+def ns(gs: h.Gpuslice, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace; its pods are deleted afterwards (their slices free). Logs shown on failure."""
+    name = create_namespace(gs.cp.api_client(), "gs")
+    failed_before = request.session.testsfailed
+    yield name
+    if request.session.testsfailed > failed_before:
+        print(gs.logs())
+    h.clear_namespace(gs.kube, name)
+
+
+def add_nodes(gs: h.Gpuslice, made: list[str], count: int, gpus: int, prefix: str) -> list[str]:
+    names = [f"{prefix}-{i}" for i in range(count)]
+    for name in names:
+        h.gpu_node(gs.kube, gs.cp.api_client(), name, gpus)
+        made.append(name)
+    # the extender learns nodes from its watch: wait until its ledger has them all
+    h.poll(lambda: set(names) <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
+    return names
+
+
+# ---- 1. best fit through the real scheduler ------------------------------------------------------
+
+def test_best_fit_through_filter_prioritize_bind(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
+    a, b = add_nodes(gs, nodes, 2, 2, "bf")
+    order = [("half", "v100-50", None), ("quarter", "v100-25", None), ("whole", "v100-100", None),
+             ("quarter-by-annotation", None, "v100-25"), ("half-2", "v100-50", None)]
+    placed: dict[str, Any] = {}
+    for name, product, annotation in order:
+        h.create_pod(kube, ns, h.slice_pod(name, product, annotation=annotation))
+        pod = h.wait_bound(kube, ns, name, timeout=30)
+        placed[name] = (h.node_of(pod), h.record(pod))
+    for name, (node, rec) in placed.items():
+        assert rec is not None and rec.node == node, f"{name} bound without a matching allocation record"
+    half, quarter, whole, quarter2, half2 = (placed[n][1] for n, _, _ in order)
+    assert half is not None and quarter is not None and whole is not None and quarter2 is not None
+    assert half2 is not None
+    assert (half.milli, quarter.milli, whole.milli, quarter2.milli) == (500, 250, 1000, 250)
+    # a quarter goes to the partly used card, not an empty one
+    assert quarter.gpus == half.gpus
+    # the whole card goes to the empty card of the same (fuller) node, not to the empty node
+    assert whole.node == half.node and whole.gpus != half.gpus
+    # the annotation pod is a quarter too, and fills the same card to the brim
+    assert quarter2.gpus == half.gpus
+    # that node is now full: the next half opens the other node
+    assert half2.node != half.node
+    usage = h.gpu_usage(h.pods(kube, ns))
+    assert all(milli <= 1000 and mib <= 32768 for milli, mib in usage.values())
+    assert usage[half.gpus[0]] == [1000, 32768]
+    # the ledger says what the API says
+    assert h.ledger_view(gs.extender.state()).items() >= h.recount(h.pods(kube, ns)).items()
+    assert {a, b} == {half.node, half2.node}
+
+
+# ---- 2. more demand than capacity: explained Pending, freed slice goes to the head of the line ----
+
+def test_pending_is_explained_and_freed_slice_goes_to_head(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    (node,) = add_nodes(gs, nodes, 1, 1, "q")
+    running = [f"run-{i}" for i in range(4)]
+    for name in running:
+        h.create_pod(kube, ns, h.slice_pod(name, "v100-25"))
+    for name in running:
+        h.wait_bound(kube, ns, name, timeout=30)
+    waiting = [f"wait-{i}" for i in range(3)]
+    for name in waiting:
+        h.create_pod(kube, ns, h.slice_pod(name, "v100-25"))
+        time.sleep(1.05)  # creation timestamps have second resolution: make the line order unambiguous
+
+    def explained() -> dict[str, dict[str, Any]] | None:
+        out = {}
+        for name in waiting:
+            pod = kube.get_pod(ns, name)
+            assert pod is not None and not h.node_of(pod), f"{name} was bound with no capacity free"
+            cond = h.queued(pod)
+            where = f"position {waiting.index(name) + 1} "
+            if cond is None or cond["status"] != "True" or where not in cond["message"]:
+                return None
+            out[name] = {"pod": pod, "condition": cond}
+        return out
+
+    seen = h.poll(explained, 30, "the waiting pods to carry the gpuslice.io/Queued condition")
+    for i, name in enumerate(waiting):
+        pod, cond = seen[name]["pod"], seen[name]["condition"]
+        assert h.is_gated(pod), f"{name} should wait SchedulingGated, not hammer kube-scheduler"
+        assert cond["reason"] == "NoCapacity" and cond["reason"] in REASONS
+        assert f"position {i + 1} in the gpuslice queue" in cond["message"]
+        assert "250-milli slice" in cond["message"] and "v100-25" in cond["message"]
+        scheduled = {c["type"]: c for c in (pod.get("status") or {}).get("conditions") or []}.get("PodScheduled")
+        assert scheduled is not None and scheduled["reason"] == "SchedulingGated"
+    events = h.poll(lambda: h.events_of(kube, ns, waiting[0]) or None, 10, "an Event on the head of the line")
+    assert events[0]["reason"] == "NoCapacity" and "position 1" in events[0]["message"]
+
+    latencies = []
+    for i, name in enumerate(waiting):
+        victim = running[i]
+        freed = time.monotonic()
+        h.delete_now(kube, ns, victim)
+        # 30 s: far inside kube-scheduler's 5-minute unschedulable flush, which the gate must not wait for
+        pod = h.wait_bound(kube, ns, name, timeout=30, interval=0.01)
+        latencies.append(time.monotonic() - freed)
+        assert h.node_of(pod) == node
+        # the head went first: nobody behind it was bound before it
+        for later in waiting[i + 1:]:
+            behind = kube.get_pod(ns, later)
+            assert behind is not None and not h.node_of(behind), f"{later} overtook {name}"
+        cond = h.queued(pod)
+        assert cond is not None
+    note("free_to_bind_s", {"samples": [round(x, 3) for x in latencies],
+                            "p50": round(statistics.median(latencies), 3), "max": round(max(latencies), 3)})
+    usage = h.gpu_usage(p for p in h.pods(kube, ns) if h.node_of(p))
+    assert all(milli <= 1000 for milli, _ in usage.values())
+
+
+def test_entitlement_holds_a_namespace_to_its_share(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
+    add_nodes(gs, nodes, 1, 2, "ent")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "gpuslice-entitlements", "namespace": h.SYSTEM_NS},
+          "data": {ns: "v100-50=1"}}
+    h.apply(kube, cm)
+    try:
+        h.create_pod(kube, ns, h.slice_pod("first", "v100-50"))
+        h.wait_bound(kube, ns, "first")
+        h.create_pod(kube, ns, h.slice_pod("second", "v100-50"))
+
+        def over_quota() -> dict[str, Any] | None:
+            pod = kube.get_pod(ns, "second")
+            assert pod is not None and not h.node_of(pod), "the namespace got more than its entitlement"
+            cond = h.queued(pod)
+            return cond if cond is not None and cond["reason"] == "QuotaExceeded" else None
+
+        cond = h.poll(over_quota, 20, "the second pod to wait with reason QuotaExceeded")
+        assert "holds 1 of its 1 v100-50" in cond["message"]
+        h.delete_now(kube, ns, "first")
+        h.wait_bound(kube, ns, "second", timeout=20)
+    finally:
+        kube.request("DELETE", f"/api/v1/namespaces/{h.SYSTEM_NS}/configmaps/gpuslice-entitlements")
+
+
+# ---- 3. SIGKILL in the middle of a burst of 200 pods ------------------------------------------------
+
+BURST = 200
+BURST_MIX = ("v100-25", "v100-25", "v100-25", "v100-50", "v100-50", "v100-100")  # 200 pods ask for ~92 cards
+
+
+def create_with_retry(kube: Kube, ns: str, pod: dict[str, Any], failures: list[str], deadline: float) -> None:
+    """Create a pod as a controller would: while no extender answers the webhook, creation fails; retry."""
+    while True:
+        try:
+            h.create_pod(kube, ns, pod)
+            return
+        except KubeError as e:
+            if e.status == 409:
+                return
+            failures.append(f"{e.status}: {e}")
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def settled(gs: h.Gpuslice, kube: Kube, ns: str, total: int) -> dict[str, Any] | None:
+    """Every pod bound or explained Pending, no reservation in flight, and the API agrees with the ledger."""
+    items = h.pods(kube, ns)
+    if len(items) < total:
+        return None
+    try:
+        state = gs.extender.state()
+    except OSError:
+        return None
+    if not state["ready"] or any(a["state"] != "bound" for a in state["allocations"]):
+        return None
+    for pod in items:
+        if h.node_of(pod):
+            continue
+        cond = h.queued(pod)
+        if cond is None or cond["status"] != "True" or cond["reason"] not in REASONS:
+            return None
+    return {"pods": items, "state": state}
+
+
+def test_sigkill_in_burst_then_ledger_equals_api(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
+    add_nodes(gs, nodes, 5, 4, "burst")  # 20 cards for ~92 cards of demand
+    ext = gs.extender
+    failures: list[str] = []
+    deadline = time.monotonic() + 120
+    names = [f"b-{i:03d}" for i in range(BURST)]
+    created = threading.Semaphore(0)
+
+    def creator(chunk: list[str]) -> None:
+        for name in chunk:
+            product = BURST_MIX[int(name[2:]) % len(BURST_MIX)]
+            create_with_retry(kube, ns, h.slice_pod(name, product), failures, deadline)
+            created.release()
+
+    threads = [threading.Thread(target=creator, args=(names[i::4],)) for i in range(4)]
+    burst_started = time.monotonic()
+    for t in threads:
+        t.start()
+    for _ in range(BURST // 3):  # a third of the burst is in, the rest is on its way: crash now
+        created.acquire()
+    bound_at_kill = sum(1 for p in h.pods(kube, ns) if h.node_of(p))
+    ext.kill()
+    killed = time.monotonic()
+    time.sleep(1.5)  # the burst keeps coming (and failing at the webhook) while nobody answers
+    ext.start()
+    ready_after = ext.wait_ready(60)
+    note("restart_ready_s", round(ready_after, 2))
+    for t in threads:
+        t.join(120)
+    result = h.poll(lambda: settled(gs, kube, ns, BURST), 180, "the burst to settle", interval=0.5)
+    note("burst", {"pods": BURST, "bound_at_kill": bound_at_kill, "create_retries_while_down": len(failures),
+                   "kill_to_settled_s": round(time.monotonic() - killed, 2),
+                   "burst_to_settled_s": round(time.monotonic() - burst_started, 2)})
+    items, state = result["pods"], result["state"]
+    bound = [p for p in items if h.node_of(p)]
+    waiting = [p for p in items if not h.node_of(p)]
+    assert len(items) == BURST and bound and waiting
+    # no card is over-committed, by the records on the pods
+    usage = h.gpu_usage(bound)
+    over = {gpu: used for gpu, used in usage.items() if used[0] > 1000 or used[1] > 32768}
+    assert not over, f"over-committed cards: {over}"
+    # the ledger equals a recount from the API
+    assert h.ledger_view(state) == h.recount(bound)
+    # every waiting pod is explained, and none of them would fit now (the queue admits all that fit)
+    free = state["free_slices"]
+    for pod in waiting:
+        cond = h.queued(pod)
+        assert cond is not None and cond["status"] == "True" and "position" in cond["message"]
+        product = next(k.split("/")[1] for k in pod["spec"]["containers"][0]["resources"]["limits"])
+        assert free[product] == 0, f"{pod['metadata']['name']} waits for {product} while {free[product]} are free"
+    assert len(state["queue"]) == len(waiting)
+
+
+# ---- 4. a pod deleted while the extender is down is freed after restart ---------------------------
+
+def test_pod_deleted_while_down_is_freed_after_restart(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    add_nodes(gs, nodes, 1, 1, "down")
+    h.create_pod(kube, ns, h.slice_pod("holder", "v100-100"))
+    holder = h.wait_bound(kube, ns, "holder")
+    h.create_pod(kube, ns, h.slice_pod("next", "v100-100"))
+    h.poll(lambda: (h.queued(kube.get_pod(ns, "next") or {}) or {}).get("reason") == "NoCapacity", 20,
+           "the second pod to wait")
+    ext = gs.extender
+    ext.kill()
+    h.delete_now(kube, ns, "holder")
+    ext.start()
+    ext.wait_ready(60)
+    pod = h.wait_bound(kube, ns, "next", timeout=30)
+    rec = h.record(pod)
+    assert rec is not None and rec.gpus == h.record(holder).gpus  # type: ignore[union-attr]
+    assert holder["metadata"]["uid"] not in h.ledger_view(ext.state())
+
+
+# ---- 5. DRA: a ResourceClaimTemplate naming our DeviceClass is placed like an extended resource ----
+
+def test_dra_claim_is_placed_like_an_extended_resource(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    (node,) = add_nodes(gs, nodes, 1, 2, "dra")
+    h.apply(kube, h.resource_slice(node))
+    template = {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "half-gpu", "namespace": ns},
+        "spec": {"spec": {"devices": {"requests": [
+            {"name": "gpu", "exactly": {"deviceClassName": "v100-50.gpuslice.io"}}]}}},
+    }
+    h.apply(kube, template)
+    h.create_pod(kube, ns, h.slice_pod("quarter", "v100-25"))
+    quarter = h.wait_bound(kube, ns, "quarter")
+    pod = h.create_pod(kube, ns, h.slice_pod("dra-half", claim_template="half-gpu"))
+    assert h.is_gated(pod) and pod["spec"]["schedulerName"] == h.SCHEDULER_NAME, "the webhook must route DRA pods"
+    claim_name = h.stand_in_claim_controller(kube, ns, pod, template)
+    bound = h.wait_bound(kube, ns, "dra-half", timeout=30)
+    rec, quarter_rec = h.record(bound), h.record(quarter)
+    assert rec is not None and quarter_rec is not None
+    assert (rec.product, rec.milli, rec.memory_mib, rec.node) == ("v100-50", 500, 16384, node)
+    assert rec.gpus == quarter_rec.gpus, "best fit: the half joins the partly used card"
+    claim = kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/{claim_name}")
+    results = claim["status"]["allocation"]["devices"]["results"]
+    assert results[0]["driver"] == "gpuslice.io" and results[0]["device"].startswith("v100-50-")
+
+
+# ---- leader election: the standby is not ready; on the leader's crash it rebuilds and serves --------
+
+def test_standby_takes_over_after_leader_crash(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
+    add_nodes(gs, nodes, 1, 2, "ha")
+    for name, product in (("x", "v100-50"), ("y", "v100-25"), ("z", "v100-100")):
+        h.create_pod(kube, ns, h.slice_pod(name, product))
+        h.wait_bound(kube, ns, name)
+    leader = gs.extender
+    standby = gs.new_extender("e2e-replica-b")
+    standby.start()
+    try:
+        h.poll(standby.answers, 60, "the standby to answer")
+        time.sleep(2)  # a few campaign rounds: it must stay a standby while the leader renews
+        assert not standby.ready() and leader.ready()
+        status, _ = standby.get("/readyz")
+        assert status == 503
+        leader.kill()
+        crashed = time.monotonic()
+        standby.wait_ready(60)
+        note("failover_ready_s", round(time.monotonic() - crashed, 2))
+        expected = h.recount(h.pods(kube, ns))
+        assert expected.items() <= h.ledger_view(standby.state()).items()
+        assert len(expected) == 3
+    finally:
+        standby.stop()  # a clean stop gives the Lease up: the first replica takes it back at once
+        gs.extenders.remove(standby)
+        leader.start()
+        leader.wait_ready(60)

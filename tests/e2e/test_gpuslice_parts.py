@@ -1,0 +1,175 @@
+"""The cluster parts against the real kube-apiserver: the binder's record + Binding, and the Lease.
+
+No extender process here: each part is driven directly, with failures injected only where the
+API server cannot be made to fail on demand (a Binding that fails after the record was written).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from extender.cluster.binder import ClusterBinder
+from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from extender.cluster.leader import LeaderElector
+from extender.state import BindError
+from extender.wire import BindingArgs
+from packing.record import ANNOTATION, AllocationRecord
+
+from . import gpuslice_harness as h
+from .cluster import ControlPlane, create_namespace, create_ready_node
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def kube(control_plane: ControlPlane) -> Kube:
+    return Kube(control_plane.api_client())
+
+
+@pytest.fixture
+def ns(control_plane: ControlPlane) -> str:
+    return create_namespace(control_plane.api_client(), "parts")
+
+
+@pytest.fixture
+def node(control_plane: ControlPlane) -> Any:
+    name = f"parts-{time.monotonic_ns() % 100000}"
+    create_ready_node(control_plane.api_client(), name)
+    yield name
+    Kube(control_plane.api_client()).request("DELETE", f"/api/v1/nodes/{name}")
+
+
+def plain_pod(kube: Kube, ns: str, name: str) -> dict[str, Any]:
+    """An unscheduled pod (no scheduler runs for it: the binder is the only one to bind it)."""
+    doc = h.slice_pod(name, "v100-25")
+    doc["spec"]["schedulerName"] = "nobody"
+    return h.create_pod(kube, ns, doc)
+
+
+def record_for(pod: dict[str, Any], node: str) -> AllocationRecord:
+    return AllocationRecord(pod["metadata"]["uid"], node, (f"{node}/gpu-0",), "v100-25", 250, 8192)
+
+
+def args(pod: dict[str, Any], node: str) -> BindingArgs:
+    meta = pod["metadata"]
+    return BindingArgs(meta["name"], meta["namespace"], meta["uid"], node)
+
+
+def test_bind_writes_the_record_then_the_binding(kube: Kube, ns: str, node: str) -> None:
+    pod = plain_pod(kube, ns, "p")
+    rec = record_for(pod, node)
+    binder = ClusterBinder(kube)
+    binder.bind(args(pod, node), rec)
+    got = kube.get_pod(ns, "p")
+    assert got is not None and got["spec"]["nodeName"] == node
+    assert got["metadata"]["annotations"][ANNOTATION] == rec.encode()
+    binder.bind(args(pod, node), rec)  # again: already bound here with our record, a success
+    assert binder.bound_since(pod["metadata"]["uid"]) is not None
+    with pytest.raises(BindError, match="already bound to node"):
+        binder.bind(args(pod, "another-node"), rec)
+
+
+def test_bind_without_record_binds_only(kube: Kube, ns: str, node: str) -> None:
+    pod = plain_pod(kube, ns, "cpu-only")
+    ClusterBinder(kube).bind(args(pod, node), None)
+    got = kube.get_pod(ns, "cpu-only")
+    assert got is not None and got["spec"]["nodeName"] == node
+    assert ANNOTATION not in (got["metadata"].get("annotations") or {})
+
+
+class FailingBinding(Kube):
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
+        raise KubeError(500, "injected: the Binding failed")
+
+
+def test_failed_binding_rolls_the_record_back(kube: Kube, ns: str, node: str) -> None:
+    pod = plain_pod(kube, ns, "p")
+    with pytest.raises(BindError, match="injected"):
+        ClusterBinder(FailingBinding(kube.api)).bind(args(pod, node), record_for(pod, node))
+    got = kube.get_pod(ns, "p")
+    assert got is not None and not got["spec"].get("nodeName")
+    assert ANNOTATION not in (got["metadata"].get("annotations") or {})
+
+
+class RacingWriter(Kube):
+    """Another client changes the pod between our read and our write, once."""
+
+    raced = False
+
+    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> dict[str, Any]:
+        if not self.raced:
+            self.raced = True
+            super().patch_pod(namespace, name, {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH)
+        return super().patch_pod(namespace, name, body, content_type)
+
+
+def test_record_write_is_optimistic_and_retried(kube: Kube, ns: str, node: str) -> None:
+    pod = plain_pod(kube, ns, "p")
+    racing = RacingWriter(kube.api)
+    ClusterBinder(racing).bind(args(pod, node), record_for(pod, node))
+    got = kube.get_pod(ns, "p")
+    assert racing.raced and got is not None and got["spec"]["nodeName"] == node
+    assert got["metadata"]["labels"]["touched"] == "yes"  # the other writer's change survived
+    assert got["metadata"]["annotations"][ANNOTATION] == record_for(pod, node).encode()
+
+
+def test_recreated_pod_is_not_bound_by_a_stale_decision(kube: Kube, ns: str, node: str) -> None:
+    old = plain_pod(kube, ns, "p")
+    h.delete_now(kube, ns, "p")
+    h.poll(lambda: kube.get_pod(ns, "p") is None, 10, "the pod to go")
+    plain_pod(kube, ns, "p")
+    with pytest.raises(BindError, match="re-created"):
+        ClusterBinder(kube).bind(args(old, node), record_for(old, node))
+    got = kube.get_pod(ns, "p")
+    assert got is not None and not got["spec"].get("nodeName")
+
+
+def elector(kube: Kube, identity: str, lease: str, events: list[str]) -> LeaderElector:
+    return LeaderElector(kube, "default", lease, identity, lambda: events.append(f"{identity}+"),
+                         lambda: events.append(f"{identity}-"), lease_duration=2.0, renew_deadline=1.5,
+                         retry_period=0.2)
+
+
+def test_one_leader_takeover_after_expiry_and_same_identity_returns(kube: Kube) -> None:
+    lease = f"parts-lease-{time.monotonic_ns() % 100000}"
+    events: list[str] = []
+    a, b = elector(kube, "a", lease, events), elector(kube, "b", lease, events)
+    assert a.try_acquire_or_renew() is True
+    assert b.try_acquire_or_renew() is False
+    assert a.try_acquire_or_renew() is True  # renewing
+    a_again = elector(kube, "a", lease, events)  # a restarted container, same identity
+    assert a_again.try_acquire_or_renew() is True
+    time.sleep(2.3)  # a stops renewing: its lease expires
+    assert b.try_acquire_or_renew() is True
+    assert a.try_acquire_or_renew() is False
+    doc = kube.request("GET", a.path)
+    assert doc["spec"]["holderIdentity"] == "b" and doc["spec"]["leaseTransitions"] == 1
+
+
+def test_clean_stop_hands_over_at_once(kube: Kube) -> None:
+    lease = f"parts-lease-{time.monotonic_ns() % 100000}"
+    events: list[str] = []
+    a, b = elector(kube, "a", lease, events), elector(kube, "b", lease, events)
+    a.start()
+    h.poll(lambda: a.leading.is_set(), 10, "a to lead", interval=0.05)
+    b.start()
+    time.sleep(0.6)
+    assert not b.leading.is_set()
+    a.stop()
+    # a gave the Lease up: it is free (or already b's), never still a's waiting to expire
+    assert kube.request("GET", a.path)["spec"].get("holderIdentity") in (None, "b")
+    h.poll(lambda: b.leading.is_set(), 10, "b to take over", interval=0.05)
+    b.stop()
+    assert events == ["a+", "a-", "b+", "b-"]
+
+
+def test_deposed_leader_writes_nothing(kube: Kube, ns: str, node: str) -> None:
+    pod = plain_pod(kube, ns, "p")
+    with pytest.raises(BindError, match="no longer leads"):
+        ClusterBinder(kube, may_write=lambda: False).bind(args(pod, node), record_for(pod, node))
+    got = kube.get_pod(ns, "p")
+    assert got is not None and not got["spec"].get("nodeName")
+    assert ANNOTATION not in (got["metadata"].get("annotations") or {})
