@@ -1,0 +1,176 @@
+"""Who is who: a host PID to its pod UID, container ID and container cgroup.
+
+The kubelet names a pod's cgroup ``kubepods[/<qos>]/pod<UID>`` (cgroupfs driver) or
+``kubepods[-<qos>]-pod<UID_>.slice`` (systemd driver, ``-`` escaped to ``_``); Guaranteed pods
+have no QoS level. The runtime's container cgroup sits right below it: ``cri-containerd-<id>.scope``
+(containerd), ``crio-<id>.scope`` / ``crio-<id>`` (CRI-O), ``docker-<id>.scope`` (cri-dockerd), or the
+bare 64-hex ID (cgroupfs). ``crio-conmon-<id>.scope`` is CRI-O's monitor, not the container, and
+deeper levels (CRI-O's nested ``container`` cgroup, systemd inside a container) are cut off: the
+container cgroup is the unit that gets frozen.
+
+Lookups are cached by ``(pid, start time)``: field 22 of ``/proc/<pid>/stat`` tells a reused PID
+from the process that held it before, so a recycled PID can never inherit another pod's identity.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+_UID = r"[0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12}|[0-9a-f]{32}"
+_POD_COMPONENT = re.compile(rf"(?:[a-z0-9_.-]*-)?pod({_UID})(?:\.slice)?")
+_CONTAINER_COMPONENT = re.compile(r"(?:cri-containerd-|crio-|docker-)?([0-9a-f]{64})(?:\.scope)?")
+_V1_PREFERRED = ("memory", "pids", "freezer", "cpu", "cpuacct", "devices", "name=systemd")
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerRef:
+    """A container's identity and where its cgroup lives in each hierarchy the process showed.
+
+    ``unified`` is the container cgroup's path in the v2 hierarchy (None when the v2 line does
+    not name the container, e.g. on a v1 or hybrid host); ``v1`` maps a v1 controller (``freezer``,
+    ``memory``, ...) to the container cgroup's path in that controller's hierarchy.
+    """
+
+    pod_uid: str
+    container_id: str
+    unified: str | None
+    v1: tuple[tuple[str, str], ...] = ()
+
+    def v1_path(self, controller: str) -> str | None:
+        """The container cgroup's path in one v1 controller's hierarchy, if the process is in it."""
+        return next((p for c, p in self.v1 if c == controller), None)
+
+
+def canonical_uid(uid: str) -> str:
+    """The form pod UIDs are compared in: lower case, dashes (the systemd driver writes ``_``)."""
+    return uid.strip().lower().replace("_", "-")
+
+
+def container_in_path(path: str) -> tuple[str, str, str] | None:
+    """``(pod uid, container id, container cgroup path)`` if ``path`` lies in a pod's container cgroup.
+
+    The returned path stops at the container level (deeper sub-cgroups are the container's own
+    business). None for anything else: host services, pod-level cgroups, CRI-O's conmon.
+    """
+    parts = [p for p in path.split("/") if p]
+    for i in range(len(parts) - 1):
+        pod = _POD_COMPONENT.fullmatch(parts[i])
+        if pod is None:
+            continue
+        container = _CONTAINER_COMPONENT.fullmatch(parts[i + 1])
+        if container is None:
+            continue
+        return canonical_uid(pod.group(1)), container.group(1), "/" + "/".join(parts[: i + 2])
+    return None
+
+
+def parse_cgroup(text: str) -> ContainerRef | None:
+    """Parse ``/proc/<pid>/cgroup`` (v1, v2 or hybrid): the container the process runs in, or None.
+
+    The v2 line (``0::<path>``) is preferred; if it does not name a container (v1 hosts, hybrid
+    hosts where the kubelet drives v1), the v1 ``memory``/``pids``/... lines are used. Lines that
+    are not ``id:controllers:path`` are ignored.
+    """
+    unified_path: str | None = None
+    v1_paths: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split(":", 2)
+        if len(fields) != 3:
+            continue
+        hierarchy, controllers, path = fields
+        if hierarchy == "0" and controllers == "":
+            unified_path = path
+        elif controllers:
+            for controller in controllers.split(","):
+                v1_paths[controller] = path
+    unified = container_in_path(unified_path) if unified_path is not None else None
+    identity = unified
+    if identity is None:
+        ordered = [c for c in _V1_PREFERRED if c in v1_paths] + sorted(set(v1_paths) - set(_V1_PREFERRED))
+        for controller in ordered:
+            identity = container_in_path(v1_paths[controller])
+            if identity is not None:
+                break
+    if identity is None:
+        return None
+    pod_uid, container_id, _ = identity
+    v1: list[tuple[str, str]] = []
+    for controller, path in sorted(v1_paths.items()):
+        found = container_in_path(path)
+        if found is not None and found[:2] == (pod_uid, container_id):
+            v1.append((controller, found[2]))
+    return ContainerRef(pod_uid, container_id, unified[2] if unified else None, tuple(v1))
+
+
+def parse_start_time(stat: str) -> int | None:
+    """Field 22 (``starttime``, clock ticks after boot) of a ``/proc/<pid>/stat`` line.
+
+    The command name (field 2) is in parentheses and may itself hold spaces and parentheses, so
+    the fields are counted from the last ``)``.
+    """
+    close = stat.rfind(")")
+    if close < 0:
+        return None
+    rest = stat[close + 1 :].split()
+    try:
+        return int(rest[19])  # rest[0] is field 3 (state), so field 22 is rest[19]
+    except (IndexError, ValueError):
+        return None
+
+
+def read_start_time(proc_root: Path, pid: int) -> int | None:
+    """The start time of ``pid`` under ``proc_root``, or None if there is no such process."""
+    try:
+        return parse_start_time((proc_root / str(pid) / "stat").read_text())
+    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
+        return None
+    except OSError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessIdentity:
+    """A live process: its PID, start time, and the container it runs in (None: not in a pod)."""
+
+    pid: int
+    start_time: int
+    container: ContainerRef | None
+
+
+class CgroupResolver:
+    """PID -> container, read from ``<proc_root>/<pid>/cgroup`` and cached by (pid, start time)."""
+
+    def __init__(self, proc_root: Path = Path("/proc"), max_entries: int = 65536) -> None:
+        self.proc_root = proc_root
+        self.max_entries = max_entries
+        self._cache: dict[tuple[int, int], ContainerRef | None] = {}
+        self.reads = 0
+
+    def lookup(self, pid: int) -> ProcessIdentity | None:
+        """The process's identity, or None when it has exited (or cannot be read)."""
+        start = read_start_time(self.proc_root, pid)
+        if start is None:
+            return None
+        key = (pid, start)
+        if key in self._cache:
+            return ProcessIdentity(pid, start, self._cache[key])
+        try:
+            text = (self.proc_root / str(pid) / "cgroup").read_text()
+        except OSError:
+            return None
+        self.reads += 1
+        # Re-check: if the PID was recycled between the two reads, the cgroup file is the newcomer's.
+        if read_start_time(self.proc_root, pid) != start:
+            return None
+        ref = parse_cgroup(text)
+        if len(self._cache) >= self.max_entries:
+            self._cache.clear()  # a bounded cache; re-reading a few files is cheap
+        self._cache[key] = ref
+        return ProcessIdentity(pid, start, ref)
+
+    def retain(self, live: set[tuple[int, int]]) -> None:
+        """Forget processes not in ``live`` ((pid, start time) pairs seen on a GPU lately)."""
+        for key in [k for k in self._cache if k not in live]:
+            del self._cache[key]

@@ -1,0 +1,209 @@
+"""``gpuslice agent``: the node agent (DaemonSet), or ``--simulate`` against simulated GPUs.
+
+Every flag has an environment twin ``GPUSLICE_AGENT_<FLAG>`` (``--memory-period`` ->
+``GPUSLICE_AGENT_MEMORY_PERIOD``); the node name also comes from ``NODE_NAME`` (the downward API).
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from enforcement.pacer import PacerParams
+
+log = logging.getLogger("gpuslice.agent")
+
+ENV_PREFIX = "GPUSLICE_AGENT_"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"), default)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def _non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return value
+
+
+def _listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host or "0.0.0.0", int(port)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The agent's command line (flags default to their GPUSLICE_AGENT_* environment variables)."""
+    p = argparse.ArgumentParser(
+        prog="gpuslice agent",
+        description="Enforce GPU slice memory caps and pace compute shares on this node.",
+    )
+    sim = p.add_argument_group("simulation (no GPU, no cluster)")
+    sim.add_argument("--simulate", action="store_true", help="run against simulated GPUs and a fake cgroup tree")
+    sim.add_argument("--duration", type=_positive, help="simulated seconds to run, then stop (default: forever)")
+    sim.add_argument(
+        "--speed",
+        type=_non_negative,
+        help="simulated seconds per wall second; 0 = as fast as possible (default: 0 with --duration, else 1)",
+    )
+    sim.add_argument("--report-every", type=_positive, default=5.0, help="simulated seconds between tables (5)")
+    node = p.add_argument_group("node")
+    node.add_argument("--node-name", default=_env("node-name", os.environ.get("NODE_NAME")), help="this node's name")
+    node.add_argument("--cgroup-root", type=Path, default=Path(_env("cgroup-root", "/sys/fs/cgroup") or ""))
+    node.add_argument("--proc-root", type=Path, default=Path(_env("proc-root", "/proc") or ""))
+    node.add_argument(
+        "--runtime-dir",
+        type=Path,
+        default=Path(_env("runtime-dir", "/run/gpuslice-agent") or ""),
+        help="where the list of cgroups we froze is kept (thawed at the next start)",
+    )
+    node.add_argument(
+        "--listen", type=_listen, default=_env("listen", "0.0.0.0:9400"), help="HOST:PORT of /healthz, /metrics"
+    )
+    node.add_argument("--kubeconfig", default=_env("kubeconfig"), help="kubeconfig file (default: in-cluster config)")
+    ctl = p.add_argument_group("control")
+    ctl.add_argument("--memory-period", type=_positive, default=float(_env("memory-period", "0.2") or 0.2))
+    ctl.add_argument("--slot", type=_positive, default=float(_env("slot", "0.1") or 0.1))
+    ctl.add_argument("--period", type=_positive, default=float(_env("period", "1.0") or 1.0))
+    ctl.add_argument("--max-freeze", type=_positive, default=float(_env("max-freeze", "0.3") or 0.3))
+    ctl.add_argument("--burst", type=_positive, default=float(_env("burst", "2.0") or 2.0))
+    grace = _env("grace")
+    ctl.add_argument(
+        "--grace",
+        type=_non_negative,
+        default=float(grace) if grace else None,
+        help="seconds a new slice runs unpaced (default 30; 5 with --simulate)",
+    )
+    ctl.add_argument("--no-pacing", action="store_true", default=_env("no-pacing") == "1", help="memory caps only")
+    p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def main(argv: Sequence[str]) -> int:
+    """Entry point of ``gpuslice agent``; returns the exit code."""
+    args = parser().parse_args(list(argv))
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    grace = args.grace if args.grace is not None else (5.0 if args.simulate else 30.0)
+    try:
+        params = PacerParams(
+            slot_s=args.slot, period_s=args.period, max_freeze_s=args.max_freeze, burst_s=args.burst, grace_s=grace
+        )
+    except ValueError as e:
+        print(f"gpuslice agent: {e}", file=sys.stderr)
+        return 2
+    if args.simulate:
+        from enforcement.simulate import run_demo
+
+        logging.getLogger("enforcement").setLevel(logging.ERROR)  # the table is the output
+        speed = args.speed if args.speed is not None else (0.0 if args.duration else 1.0)
+        return run_demo(args.duration, speed, args.report_every, params, args.memory_period)
+    if not args.node_name:
+        print("gpuslice agent: set --node-name or NODE_NAME (the downward API's spec.nodeName)", file=sys.stderr)
+        return 2
+    return _run_node(args, params)
+
+
+def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
+    from enforcement.agent import Agent, AgentConfig, run
+    from enforcement.cgroups import CgroupResolver
+    from enforcement.clock import SystemClock
+    from enforcement.endpoints import Endpoints
+    from enforcement.events import KubeEventSink
+    from enforcement.freezer import CgroupFreezer, FreezeController, FreezeJournal
+    from enforcement.killer import PidfdKiller
+    from enforcement.metrics import AgentMetrics
+    from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend
+    from enforcement.pods import KubePodSource, PodIndex, PodWatch
+
+    config = AgentConfig(args.node_name, memory_period_s=args.memory_period, pacer=params, pacing=not args.no_pacing)
+    try:
+        backend = PynvmlBackend().open()
+    except NvmlUnavailable as e:
+        print(f"gpuslice agent: no NVIDIA driver on this node ({e}); nothing to enforce", file=sys.stderr)
+        return 1
+    except NvmlError as e:
+        print(f"gpuslice agent: NVML failed at start: {e}", file=sys.stderr)
+        return 1
+    try:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+
+        if args.kubeconfig:
+            kube_config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        core = client.CoreV1Api()
+    except Exception as e:  # the client raises several unrelated types for "no usable config"
+        backend.close()
+        print(f"gpuslice agent: cannot reach the API server: {e}", file=sys.stderr)
+        return 1
+    stop = threading.Event()
+    index = PodIndex(args.node_name)
+    watch = PodWatch(KubePodSource(core, args.node_name), index)
+    threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
+    if not watch.synced.wait(30):
+        log.warning("no pod list from the API server yet; enforcing nothing until it comes")
+    events = KubeEventSink(core, args.node_name)
+    clock = SystemClock()
+    agent = Agent(
+        config,
+        backend,
+        CgroupResolver(args.proc_root),
+        index,
+        FreezeController(CgroupFreezer(args.cgroup_root), FreezeJournal(args.runtime_dir / "frozen.json")),
+        PidfdKiller(args.proc_root),
+        events,
+        clock,
+        args.cgroup_root,
+    )
+    agent.start()
+    atexit.register(agent.stop)  # thaw on any exit path the signal handler does not see
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: thawing and stopping", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+    metrics = AgentMetrics()
+    host, port = args.listen
+    endpoints = Endpoints(host, port, agent.healthy, metrics.render).start()
+    last_metrics = 0.0
+
+    def _refresh() -> None:
+        nonlocal last_metrics
+        if time.monotonic() - last_metrics >= 1.0:
+            metrics.update(agent)
+            last_metrics = time.monotonic()
+
+    log.info("agent on %s: %d GPU(s), /metrics on %s:%d", args.node_name, len(agent.gpus), host, port)
+    try:
+        run(agent, clock, stop, on_step=_refresh)
+    finally:
+        endpoints.close()
+        events.close()
+    return 0

@@ -1,0 +1,193 @@
+"""Pod -> slice: the pod index over allocation records, and the watch that keeps it current."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from enforcement.pods import MIB, KubePodSource, PodIndex, PodWatch, StaticPodSource, WatchExpired, container_ids
+from packing.record import ANNOTATION, AllocationRecord
+
+UID = "0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
+GPU0, GPU1 = "GPU-0000", "GPU-1111"
+
+
+def pod(
+    uid: str = UID,
+    name: str = "trainer",
+    record: AllocationRecord | None = None,
+    annotation: str | None = None,
+    phase: str = "Running",
+    containers: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    annotations = {}
+    if record is not None:
+        annotations[ANNOTATION] = record.encode()
+    if annotation is not None:
+        annotations[ANNOTATION] = annotation
+    statuses = [{"name": n, "containerID": cid} for n, cid in (containers or {}).items()]
+    return {
+        "metadata": {"uid": uid, "name": name, "namespace": "ml", "annotations": annotations, "resourceVersion": "7"},
+        "spec": {"nodeName": "node-a"},
+        "status": {"phase": phase, "containerStatuses": statuses},
+    }
+
+
+def record(
+    node: str = "node-a", gpus: tuple[str, ...] = (GPU0,), milli: int = 250, mib: int = 8192
+) -> AllocationRecord:
+    return AllocationRecord("claim-1", node, gpus, "v100-25" if milli == 250 else None, milli, mib)
+
+
+def test_a_managed_pod_holds_a_slice_on_its_gpu_only() -> None:
+    index = PodIndex("node-a")
+    index.replace([pod(record=record(), containers={"main": "containerd://" + "ab" * 32})])
+    holder = index.holder(UID, GPU0)
+    assert holder is not None
+    assert (holder.name, holder.product, holder.cap_bytes, holder.weight) == ("ml/trainer", "v100-25", 8192 * MIB, 250)
+    assert holder.paced and not holder.gang
+    assert index.holder(UID, GPU1) is None
+    managed = index.get(UID.replace("-", "_").upper())  # the systemd form of the UID finds it too
+    assert managed is not None and managed.containers == {"ab" * 32: "main"}
+
+
+def test_whole_cards_and_gangs_are_not_paced() -> None:
+    index = PodIndex("node-a")
+    index.replace([pod(record=record(gpus=(GPU0, GPU1), milli=1000, mib=32768))])
+    gang = index.holder(UID, GPU1)
+    assert gang is not None and gang.gang and not gang.paced
+    index.replace([pod(record=record(milli=1000, mib=32768))])
+    whole = index.holder(UID, GPU0)
+    assert whole is not None and not whole.paced
+
+
+@pytest.mark.parametrize(
+    ("item", "reason"),
+    [
+        (pod(annotation="{not json"), "not JSON"),
+        (pod(annotation=json.dumps({"v": 99})), "newer gpuslice"),
+        (pod(record=record(node="node-b")), "names node 'node-b'"),
+    ],
+)
+def test_a_bad_record_is_refused_with_a_reason(item: dict[str, Any], reason: str) -> None:
+    index = PodIndex("node-a")
+    index.replace([item])
+    assert index.get(UID) is None and len(index) == 0
+    assert reason in index.rejected()[UID]
+
+
+@pytest.mark.parametrize("item", [pod(), pod(record=record(), phase="Succeeded"), pod(record=record(), phase="Failed")])
+def test_pods_without_a_live_record_are_not_managed(item: dict[str, Any]) -> None:
+    index = PodIndex("node-a")
+    index.replace([item])
+    assert index.get(UID) is None and index.rejected() == {}
+
+
+def test_watch_events_add_change_and_delete() -> None:
+    index = PodIndex("node-a")
+    index.apply("ADDED", pod(record=record()))
+    assert index.holder(UID, GPU0) is not None
+    index.apply("MODIFIED", pod(annotation="garbage"))
+    assert index.get(UID) is None and UID in index.rejected()
+    index.apply("MODIFIED", pod(record=record(mib=16384, milli=500)))
+    holder = index.holder(UID, GPU0)
+    assert holder is not None and holder.cap_bytes == 16384 * MIB
+    index.apply("BOOKMARK", pod())
+    assert index.get(UID) is not None
+    index.apply("DELETED", pod(record=record()))
+    assert index.get(UID) is None and index.rejected() == {}
+    index.apply("ADDED", {"metadata": {}})
+    assert len(index) == 0
+
+
+def test_container_ids_drop_the_runtime_prefix() -> None:
+    item = pod(containers={"a": "containerd://" + "AB" * 32, "b": "cri-o://" + "cd" * 32, "c": "docker://" + "ef" * 32})
+    item["status"]["initContainerStatuses"] = [{"name": "init", "containerID": "containerd://" + "12" * 32}]
+    assert container_ids(item) == {"ab" * 32: "a", "cd" * 32: "b", "ef" * 32: "c", "12" * 32: "init"}
+
+
+def test_watch_lists_then_applies_events() -> None:
+    source = StaticPodSource([pod(record=record())])
+    index = PodIndex("node-a")
+    watch = PodWatch(source, index)
+    version = watch.sync()
+    assert index.get(UID) is not None and watch.synced.is_set()
+    other = "11111111-2222-3333-4444-555555555555"
+    source.publish("ADDED", pod(uid=other, name="second", record=record(gpus=(GPU1,))))
+    source.publish("DELETED", pod(record=record()))
+    watch.pump(version)
+    assert index.get(UID) is None and index.holder(other, GPU1) is not None
+
+
+class FlakySource:
+    """Lists fine; its watches expire, then fail, then end quietly; it stops the loop after a few relists."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.lists = 0
+        self.watches = 0
+
+    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        if self.lists >= 3:
+            self.stop.set()
+        return [pod(record=record())], str(self.lists)
+
+    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        self.watches += 1
+        if self.watches == 1:
+            raise WatchExpired("too old")
+        if self.watches == 2:
+            raise ConnectionError("api server away")
+        yield "MODIFIED", pod(record=record(mib=16384, milli=500))
+
+
+def test_watch_relists_after_expiry_and_errors() -> None:
+    stop = threading.Event()
+    source = FlakySource(stop)
+    index = PodIndex("node-a")
+    watch = PodWatch(source, index, backoff_s=0.01)
+    watch.run(stop)
+    assert source.lists == 3 and watch.errors == 1
+    assert index.get(UID) is not None
+
+
+class FakeResponse:
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.data = json.dumps(doc).encode()
+
+
+class FakeCoreV1:
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def list_pod_for_all_namespaces(self, **kwargs: Any) -> FakeResponse:
+        self.calls.append(kwargs)
+        return FakeResponse({"metadata": {"resourceVersion": "42"}, "items": [pod(record=record())]})
+
+
+def test_kube_source_lists_only_this_node(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = FakeCoreV1()
+    source = KubePodSource(api, "node-a")
+    items, version = source.list_pods()
+    assert version == "42" and items[0]["metadata"]["uid"] == UID
+    assert api.calls[0]["field_selector"] == "spec.nodeName=node-a"
+
+    class ExpiredWatch:
+        def stream(self, func: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+            assert kwargs["field_selector"] == "spec.nodeName=node-a" and kwargs["resource_version"] == "42"
+            yield {"type": "ADDED", "raw_object": pod(record=record())}
+            yield {"type": "ERROR", "raw_object": {"code": 410, "message": "too old resource version"}}
+
+    import kubernetes.watch
+
+    monkeypatch.setattr(kubernetes.watch, "Watch", ExpiredWatch)
+    events = source.watch_pods("42", 5)
+    kind, obj = next(events)
+    assert kind == "ADDED" and obj["metadata"]["uid"] == UID
+    with pytest.raises(WatchExpired):
+        next(events)
