@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
-from extender.state import MODES, StateConfig
-from packing.policies import get_policy
+from extender.state import StateConfig
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 DEFAULT_PORT = 8888
 DEFAULT_MAX_BODY = 64 * 1024 * 1024  # full Node objects of 5 000 nodes stay well below this
@@ -72,22 +74,17 @@ class ExtenderConfig:
             raise ConfigError(f"verbs must be three distinct path segments, got {verbs}")
         if self.max_body_bytes < 1024:
             raise ConfigError(f"max body must be at least 1024 bytes, got {self.max_body_bytes}")
-        if self.mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
         try:
-            get_policy(self.policy)
+            self.state_config()  # mode, policy, TTL and pod cache are checked where they are used
         except ValueError as e:
             raise ConfigError(str(e)) from None
-        if not self.reservation_ttl_s > 0:
-            raise ConfigError(f"reservation TTL must be positive, got {self.reservation_ttl_s}")
-        if self.pod_cache_size < 1:
-            raise ConfigError(f"pod cache size must be at least 1, got {self.pod_cache_size}")
         if self.nodes < 0 or self.gpus_per_node < 0:
             raise ConfigError("seeded node and GPU counts must not be negative")
         if self.nodes and not self.standalone:
             raise ConfigError("seeding nodes (--nodes) is for standalone mode only")
 
     def state_config(self) -> StateConfig:
+        """The decision settings as the state takes them (ValueError if one is bad)."""
         return StateConfig(
             mode=self.mode,
             policy=self.policy,
@@ -105,48 +102,54 @@ class ExtenderConfig:
 
     def to_env(self) -> dict[str, str]:
         """``GPUSLICE_<FIELD>`` variables that ``from_env`` turns back into this config."""
-        out: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, tuple):
-                text = ",".join(value)
-            elif isinstance(value, bool):
-                text = "1" if value else "0"
-            else:
-                text = str(value)
-            out[_env_name(f.name)] = text
-        return out
+        return env_of(self)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ExtenderConfig:
         """Read every ``GPUSLICE_<FIELD>`` that is set; defaults for the rest. ConfigError if bad."""
-        source = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = source.get(_env_name(f.name))
-            if raw is None:
-                continue
-            parse = _PARSERS.get(f.name, str)
-            try:
-                values[f.name] = parse(raw)
-            except ValueError as e:
-                raise ConfigError(f"{_env_name(f.name)}={raw!r}: {e}") from None
-        return replace(cls(), **values) if values else cls()
+        return cls(**env_values(cls, os.environ if env is None else env))
 
 
-def _env_name(field_name: str) -> str:
+def env_name(field_name: str) -> str:
+    """The environment variable that carries a settings field."""
     return "GPUSLICE_" + field_name.upper()
 
 
+def env_of(config: DataclassInstance) -> dict[str, str]:
+    """Every field of a settings dataclass as ``GPUSLICE_<FIELD>`` text that ``env_values`` parses back."""
+    out: dict[str, str] = {}
+    for f in fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, tuple):
+            text = ",".join(value)
+        elif isinstance(value, bool):
+            text = "1" if value else "0"
+        else:
+            text = str(value)
+        out[env_name(f.name)] = text
+    return out
+
+
+def env_values(cls: type[DataclassInstance], source: Mapping[str, str]) -> dict[str, Any]:
+    """The fields of ``cls`` set in ``source``, parsed by their declared type; ConfigError names a bad one."""
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        raw = source.get(env_name(f.name))
+        if raw is None:
+            continue
+        parse = _PARSERS[str(f.type)]
+        try:
+            values[f.name] = parse(raw)
+        except ValueError as e:
+            raise ConfigError(f"{env_name(f.name)}={raw!r}: {e}") from None
+    return values
+
+
+# field type (as written: this module and its users use postponed annotations) -> parser
 _PARSERS: dict[str, Callable[[str], Any]] = {
-    "port": int,
-    "threads": int,
-    "max_body_bytes": int,
-    "reservation_ttl_s": float,
-    "pod_cache_size": int,
-    "refused_resources": _words,
-    "standalone": _bool,
-    "admin": _bool,
-    "nodes": int,
-    "gpus_per_node": int,
+    "str": str,
+    "int": int,
+    "float": float,
+    "bool": _bool,
+    "tuple[str, ...]": _words,
 }

@@ -87,6 +87,26 @@ def _gpus_of(state: dict[str, Any], uid: str) -> str:
     return "?"
 
 
+def _serve(client: ExtenderClient, config: ExtenderConfig, name: str, product: str, pod_doc: dict[str, Any],
+           nodes: list[str], rng: random.Random, waits: str) -> str:
+    """Schedule one pod; the demo's line about where it went or why it ``waits``."""
+    node, why = schedule(client, config, pod_doc, nodes, rng)
+    if node is None:
+        return f"  {name:<11} {product:<9} {waits}: {why}"
+    state = _check(*client.get("/state"), "state")
+    return f"  {name:<11} {product:<9} -> {node:<7} {_gpus_of(state, pod_doc['metadata']['uid'])}"
+
+
+def _report(out: Callable[[str], None], state: dict[str, Any], queue_title: str) -> None:
+    """Free capacity, then the waiting queue under ``queue_title``."""
+    out("\nfree capacity:")
+    for line in _cards(state):
+        out(line)
+    out(queue_title)
+    for line in _queue(state):
+        out(line)
+
+
 def run_demo(config: ExtenderConfig, out: Callable[[str], None] = print, seed: int = 7) -> int:
     """Drive a fresh gunicorn extender with the sample workload; 0 when every reply was well-formed."""
     nodes = config.nodes or DEMO_NODES
@@ -106,22 +126,10 @@ def run_demo(config: ExtenderConfig, out: Callable[[str], None] = print, seed: i
             f"on {server.url}")
         out(f"cluster: {nodes} nodes x {gpus} {config.gpu_model}; pods sent through real HTTP like kube-scheduler "
             "(filter -> prioritize -> bind, random among top scores)\n")
-        waiting: list[str] = []
         for name, product in WORKLOAD:
-            node, why = schedule(client, config, pods[name], names, rng)
-            if node is None:
-                waiting.append(name)
-                out(f"  {name:<11} {product:<9} waits: {why}")
-            else:
-                state = _check(*client.get("/state"), "state")
-                out(f"  {name:<11} {product:<9} -> {node:<7} {_gpus_of(state, pods[name]['metadata']['uid'])}")
+            out(_serve(client, config, name, product, pods[name], names, rng, "waits"))
         state = _check(*client.get("/state"), "state")
-        out("\nfree capacity:")
-        for line in _cards(state):
-            out(line)
-        out("waiting queue (GET /state):")
-        for line in _queue(state):
-            out(line)
+        _report(out, state, "waiting queue (GET /state):")
         out(f"\nreleasing {', '.join(RELEASES)} (POST /admin/release)")
         for name in RELEASES:
             _check(*client.post("/admin/release", {"PodUID": pods[name]["metadata"]["uid"]}), f"release {name}")
@@ -129,20 +137,9 @@ def run_demo(config: ExtenderConfig, out: Callable[[str], None] = print, seed: i
         by_uid = {p["metadata"]["uid"]: n for n, p in pods.items()}
         for entry in state["queue"]:
             name = by_uid[entry["uid"]]
-            node, why = schedule(client, config, pods[name], names, rng)
-            product = entry["product"]
-            if node is None:
-                out(f"  {name:<11} {product:<9} still waits: {why}")
-            else:
-                placed = _check(*client.get("/state"), "state")
-                out(f"  {name:<11} {product:<9} -> {node:<7} {_gpus_of(placed, pods[name]['metadata']['uid'])}")
+            out(_serve(client, config, name, entry["product"], pods[name], names, rng, "still waits"))
         state = _check(*client.get("/state"), "state")
-        out("\nfree capacity:")
-        for line in _cards(state):
-            out(line)
-        out("waiting queue:")
-        for line in _queue(state):
-            out(line)
+        _report(out, state, "waiting queue:")
         bound = sum(1 for a in state["allocations"] if a["state"] == "bound")
         out(f"\n{bound} pods hold slices, {len(state['queue'])} wait.")
         return 0

@@ -151,7 +151,9 @@ class ExtenderState:
     """The ledger, the waiting room, the pod cache, readiness and the clock, behind one lock.
 
     The state owns its ledger: change it only through these methods (``add_node``, ``adopt``,
-    ``release``, ...), which keep the fit views current; a direct ledger change is not seen.
+    ``release``, ...), which keep the fit views current; a direct ledger change is not seen unless
+    followed by ``touch`` (the bookkeeping methods are for subclasses such as the cluster state and
+    expect the caller to hold ``lock``).
     """
 
     def __init__(
@@ -187,12 +189,66 @@ class ExtenderState:
         self._bad_inventory: dict[str, str] = {}
         self._gauges: tuple[int, dict[str, Any]] | None = None
 
-    # ---- cache bookkeeping (caller holds the lock) ----------------------------------------------
+    # ---- bookkeeping for this class and the cluster layer: the caller holds ``lock`` ---------------
 
-    def _touch(self, node: str) -> None:
-        """``node`` changed: fit views re-check it, gauges recompute."""
+    def touch(self, node: str) -> None:
+        """``node``'s ledger entry changed: fit views re-check it, gauges recompute."""
         self.generation += 1
         self._fits.touch(node)
+
+    def remember(self, ask: PodAsk) -> None:
+        """Cache the pod's ask for a later bind (bind carries no pod spec); the oldest falls out past the bound."""
+        if not ask.uid:
+            return
+        self._pods[ask.uid] = ask
+        self._pods.move_to_end(ask.uid)
+        while len(self._pods) > self.config.pod_cache_size:
+            self._pods.popitem(last=False)
+
+    def expire_due(self, now: float) -> list[Allocation]:
+        """Release the reservations past their deadline at ``now``; the expired allocations."""
+        expired = self.waiting.expire(now)
+        for a in expired:
+            self.touch(a.node)
+        return expired
+
+    def release_allocation(self, alloc: Allocation) -> None:
+        """Take ``alloc`` out of the ledger (``restore_allocation`` puts it back)."""
+        self.ledger.release(alloc.claim)
+        self.touch(alloc.node)
+
+    def restore_allocation(self, alloc: Allocation) -> None:
+        """Put a released allocation back exactly as it was (rolling back a failed move)."""
+        self.ledger.assign(alloc.claim, alloc.request, alloc.node, alloc.gpus, alloc.expires_at)
+        self.touch(alloc.node)
+
+    def bound_node(self, uid: str) -> str | None:
+        """The node this state saw the pod bound to (its own bind, or one adopted), or None."""
+        return self._bound.get(uid)
+
+    def mark_bound(self, uid: str, node: str) -> None:
+        """Record the pod as bound to ``node`` (a repeated bind there is then a no-op)."""
+        self._bound[uid] = node
+
+    def bind_in_flight(self, uid: str) -> bool:
+        """Is a bind of this pod running right now (between its plan and the binder's answer)?"""
+        return uid in self._binding
+
+    def clear(self) -> None:
+        """Forget every node, allocation, queue place, cached pod and inventory problem (caller holds ``lock``).
+
+        The ledger is emptied in place (the fit cache and the policies keep their reference to it);
+        the queue starts afresh.
+        """
+        for name in list(self.ledger.nodes):
+            self.ledger.remove_node(name)
+            self.touch(name)
+        self.waiting = WaitingRoom(ClaimQueue(self.ledger, self.policy, reservation_ttl=self.config.reservation_ttl_s))
+        self._pods.clear()
+        self._bound.clear()
+        self._bad_inventory.clear()
+
+    # ---- fit views, and the steps filter and prioritize share ---------------------------------
 
     def _unknown(self, name: str) -> FitNote:
         """Why a node the ledger does not hold fails every pod that asks for a slice."""
@@ -206,19 +262,14 @@ class ExtenderState:
         with self.lock:
             self._fits.warm([self.catalog.request(p.name) for p in self.catalog.products])
 
-    def _expire(self, now: float) -> list[Allocation]:
-        expired = self.waiting.expire(now)
-        for a in expired:
-            self._touch(a.node)
-        return expired
-
-    def _remember(self, ask: PodAsk) -> None:
-        if not ask.uid:
-            return
-        self._pods[ask.uid] = ask
-        self._pods.move_to_end(ask.uid)
-        while len(self._pods) > self.config.pod_cache_size:
-            self._pods.popitem(last=False)
+    def _take_in(self, args: ExtenderArgs, ask: PodAsk) -> float:
+        """What filter and prioritize do first (caller holds the lock): expire, learn inventory, cache the pod; now."""
+        now = self.clock()
+        self.expire_due(now)
+        if args.nodes is not None and self.config.learn_nodes:
+            self._learn(args.nodes, _names_of(args.nodes))
+        self.remember(ask)
+        return now
 
     # ---- inventory ------------------------------------------------------------------------------
 
@@ -226,7 +277,7 @@ class ExtenderState:
         """Add a node with its GPUs (seeding, informers); LedgerError if it exists."""
         with self.lock:
             self.ledger.add_node(name, [c.as_tuple() for c in cards], order=order)
-            self._touch(name)
+            self.touch(name)
 
     def remove_node(self, name: str) -> list[Allocation]:
         """Drop a node and every allocation on it (the node left the cluster)."""
@@ -237,8 +288,51 @@ class ExtenderState:
                 self._bound.pop(a.claim, None)
                 self.waiting.depart(a.claim, now)
             self._sources.pop(name, None)
-            self._touch(name)
+            self.touch(name)
             return dropped
+
+    def sync_node(self, name: str, cards: Iterable[Card]) -> str:
+        """Make the ledger's view of ``name`` equal ``cards``: added, replaced, removed, same, or busy
+        (an inventory change under live allocations is not applied: the slices stay accounted)."""
+        want = [c.as_tuple() for c in cards]
+        with self.lock:
+            self._bad_inventory.pop(name, None)
+            return self._apply_inventory(name, want)
+
+    def bad_inventory(self, name: str, why: str) -> None:
+        """Remember why ``name``'s GPUs could not be read (filter shows it as the node's reason)."""
+        with self.lock:
+            self._bad_inventory[name] = why
+
+    def drop_node(self, name: str) -> list[Allocation]:
+        """The node left the cluster: drop it and every allocation on it ([] for an unknown node)."""
+        with self.lock:
+            self._bad_inventory.pop(name, None)
+            if name not in self.ledger.nodes:
+                return []
+        return self.remove_node(name)
+
+    def _apply_inventory(self, name: str, want: list[tuple[str, str, int]]) -> str:
+        """``sync_node``'s change under the lock; LedgerError (node touched) if the new GPUs cannot be added."""
+        existing = self.ledger.nodes.get(name)
+        if existing is None:
+            if not want:
+                return "same"
+            self.ledger.add_node(name, want)
+            self.touch(name)
+            return "added"
+        if [(g.uuid, g.model, g.memory_mib) for g in existing.gpus] == want:
+            return "same"
+        if any(a.node == name for a in self.ledger.allocations.values()):
+            return "busy"  # never drop live allocations for an inventory change; the sync loop reconciles
+        order = existing.order
+        self.ledger.remove_node(name)
+        try:
+            if want:
+                self.ledger.add_node(name, want, order=order)
+        finally:
+            self.touch(name)
+        return "replaced" if want else "removed"
 
     def _learn(self, nodes: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
         """Take GPU inventory from full Node objects; a changed node is replaced only while empty."""
@@ -253,23 +347,10 @@ class ExtenderState:
                 self._bad_inventory[name] = str(e)
                 continue
             self._bad_inventory.pop(name, None)
-            want = [c.as_tuple() for c in cards]
-            existing = self.ledger.nodes.get(name)
-            if existing is not None:
-                if [(g.uuid, g.model, g.memory_mib) for g in existing.gpus] == want:
-                    continue
-                if any(a.node == name for a in self.ledger.allocations.values()):
-                    continue  # never drop live allocations for an inventory change; the sync loop reconciles
-                order = existing.order
-                self.ledger.remove_node(name)
-            else:
-                order = None
             try:
-                if want:
-                    self.ledger.add_node(name, want, order=order)
+                self._apply_inventory(name, [c.as_tuple() for c in cards])
             except LedgerError as e:
                 self._bad_inventory[name] = str(e)
-            self._touch(name)
 
     # ---- filter ---------------------------------------------------------------------------------
 
@@ -282,11 +363,7 @@ class ExtenderState:
         ask = ask if ask is not None else self.describe(args.pod)
         names = args.node_names
         with self.lock:
-            now = self.clock()
-            self._expire(now)
-            if args.nodes is not None and self.config.learn_nodes:
-                self._learn(args.nodes, _names_of(args.nodes))
-            self._remember(ask)
+            now = self._take_in(args, ask)
             outcome = self._filter_locked(ask, names, now)
         if args.nodes is not None:
             passing = set(outcome.result.node_names)
@@ -306,14 +383,12 @@ class ExtenderState:
             failed = {n: reason_for("AlreadyBound", request) for n in names if n != held.node}
             return FilterOutcome(FilterResult(bound, failed), ask, {"AlreadyBound": len(failed)} if failed else {})
         if held is not None:
-            self.ledger.release(ask.uid)  # the pod's own reservation must not block it
-            self._touch(held.node)
+            self.release_allocation(held)  # the pod's own reservation must not block it
         try:
             return self._decide_filter(ask, request, names, now, held)
         except Exception:
             if held is not None and ask.uid not in self.ledger.allocations:
-                self.ledger.assign(ask.uid, held.request, held.node, held.gpus, held.expires_at)
-                self._touch(held.node)
+                self.restore_allocation(held)
             raise
 
     def _decide_filter(
@@ -339,7 +414,7 @@ class ExtenderState:
             gpus = self.policy.pick(self.ledger, request, target)
             assert gpus is not None, "a best node must fit"
             self.ledger.assign(ask.uid, request, target, gpus, now + self.config.reservation_ttl_s)
-            self._touch(target)
+            self.touch(target)
             reserved_on = target
             self.waiting.leave(ask.uid)
             passing = best
@@ -370,11 +445,7 @@ class ExtenderState:
         ask = ask if ask is not None else self.describe(args.pod)
         names = args.node_names
         with self.lock:
-            now = self.clock()
-            self._expire(now)
-            if args.nodes is not None and self.config.learn_nodes:
-                self._learn(args.nodes, _names_of(args.nodes))
-            self._remember(ask)
+            self._take_in(args, ask)
             scores = self._scores_locked(ask, names)
         out = dict.fromkeys(names, 0)
         out.update(scores)
@@ -388,8 +459,7 @@ class ExtenderState:
         if held is not None and not held.reserved:
             return {held.node: 10} if held.node in names else {}
         if held is not None:
-            self.ledger.release(ask.uid)
-            self._touch(held.node)
+            self.release_allocation(held)
         try:
             if self._node_local:
                 view = self._fits.view(request)
@@ -399,8 +469,7 @@ class ExtenderState:
             return {n: s for n, s in self.policy.scores(self.ledger, request, names).items() if s}
         finally:
             if held is not None:
-                self.ledger.assign(ask.uid, held.request, held.node, held.gpus, held.expires_at)
-                self._touch(held.node)
+                self.restore_allocation(held)
 
     # ---- bind -----------------------------------------------------------------------------------
 
@@ -413,7 +482,7 @@ class ExtenderState:
         uid = args.pod_uid
         while True:
             with self.lock:
-                self._expire(self.clock())
+                self.expire_due(self.clock())
                 in_flight = self._binding.get(uid)
                 if in_flight is None:
                     plan = self._plan_bind(args)
@@ -430,8 +499,7 @@ class ExtenderState:
             with self.lock:
                 committed = plan.committed
                 if committed is not None and self.ledger.allocations.get(uid) is committed:
-                    self.ledger.release(uid)
-                    self._touch(committed.node)
+                    self.release_allocation(committed)
                 self._binding.pop(uid, None)
                 gate.set()
             return BindOutcome(f"binding pod {args.pod_key} to {args.node} failed: {e}")
@@ -467,17 +535,15 @@ class ExtenderState:
             committed = self.ledger.commit(uid)  # keep the GPUs reserved at filter
             return _BindPlan(None, committed.record(), committed, ask)
         if held is not None:
-            self.ledger.release(uid)  # moved by the scheduler: release here, place there, or restore
-            self._touch(held.node)
+            self.release_allocation(held)  # moved by the scheduler: release here, place there, or restore
         try:
             committed = place_on(self.ledger, uid, request, node, self.policy)
         except NoFit as e:
             if held is not None:
-                self.ledger.assign(uid, held.request, held.node, held.gpus, held.expires_at)
-                self._touch(held.node)
+                self.restore_allocation(held)
             return _BindPlan(BindOutcome(f"{request.describe()} no longer fits on node {node}: "
                                          f"{_first_message(e)}"))
-        self._touch(node)
+        self.touch(node)
         return _BindPlan(None, committed.record(), committed, ask)
 
     # ---- release, adopt --------------------------------------------------------------------------
@@ -488,8 +554,7 @@ class ExtenderState:
             now = self.clock()
             alloc = self.ledger.allocations.get(pod_uid)
             if alloc is not None:
-                self.ledger.release(pod_uid)
-                self._touch(alloc.node)
+                self.release_allocation(alloc)
             bound = self._bound.pop(pod_uid, None)
             waited = self.waiting.withdraw(pod_uid)
             if bound is not None:
@@ -508,18 +573,16 @@ class ExtenderState:
             if held is not None and not held.reserved:
                 raise StateError(f"pod {ask.key} already holds a slice on {held.node}")
             if held is not None:
-                self.ledger.release(ask.uid)
-                self._touch(held.node)
+                self.release_allocation(held)
             try:
                 alloc = self.ledger.assign(ask.uid, ask.request, record.node, record.gpus)
             except LedgerError:
                 if held is not None:
-                    self.ledger.assign(ask.uid, held.request, held.node, held.gpus, held.expires_at)
-                    self._touch(held.node)
+                    self.restore_allocation(held)
                 raise
-            self._touch(record.node)
+            self.touch(record.node)
             self._bound[ask.uid] = record.node
-            self._remember(ask)
+            self.remember(ask)
             self.waiting.start(ask, self.clock())
             return alloc
 
@@ -528,7 +591,7 @@ class ExtenderState:
     def expire(self) -> int:
         """Release reservations past their deadline now; how many."""
         with self.lock:
-            return len(self._expire(self.clock()))
+            return len(self.expire_due(self.clock()))
 
     def pod(self, uid: str) -> PodAsk | None:
         with self.lock:
@@ -537,7 +600,7 @@ class ExtenderState:
     def gauges(self) -> dict[str, Any]:
         """Free slices per product, waiting / reserved / committed claims (cached per ledger generation)."""
         with self.lock:
-            self._expire(self.clock())
+            self.expire_due(self.clock())
             if self._gauges is not None and self._gauges[0] == self.generation:
                 return self._gauges[1]
             reserved = sum(1 for a in self.ledger.allocations.values() if a.reserved)
@@ -557,7 +620,7 @@ class ExtenderState:
         """The ledger and the queue as plain JSON-able data (read-only view for ``GET /state``)."""
         with self.lock:
             now = self.clock()
-            self._expire(now)
+            self.expire_due(now)
             nodes = [
                 {
                     "name": n.name,

@@ -10,20 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from extender.config import ConfigError
-
-
-def _bool(raw: str) -> bool:
-    value = raw.strip().lower()
-    if value in ("1", "true", "yes", "on"):
-        return True
-    if value in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean: {raw!r}")
+from extender.config import ConfigError, env_of, env_values
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,42 +57,13 @@ class ClusterConfig:
 
     def to_env(self) -> dict[str, str]:
         """``GPUSLICE_<FIELD>`` variables that ``from_env`` turns back into this config."""
-        out: dict[str, str] = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            out[_env_name(f.name)] = ("1" if value else "0") if isinstance(value, bool) else str(value)
-        return out
+        return env_of(self)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ClusterConfig:
         """Read every ``GPUSLICE_<FIELD>`` that is set; defaults for the rest. ConfigError if bad."""
         source = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = source.get(_env_name(f.name))
-            if raw is None:
-                continue
-            parse = _PARSERS.get(f.name, str)
-            try:
-                values[f.name] = parse(raw)
-            except ValueError as e:
-                raise ConfigError(f"{_env_name(f.name)}={raw!r}: {e}") from None
+        values = env_values(cls, source)
         if "namespace" not in values and source.get("POD_NAMESPACE"):
             values["namespace"] = source["POD_NAMESPACE"]
-        return replace(cls(), **values) if values else cls()
-
-
-def _env_name(field_name: str) -> str:
-    return "GPUSLICE_" + field_name.upper()
-
-
-_PARSERS: dict[str, Callable[[str], Any]] = {
-    "leader_elect": _bool,
-    "gate": _bool,
-    "lease_duration_s": float,
-    "renew_deadline_s": float,
-    "retry_period_s": float,
-    "resync_s": float,
-    "tick_s": float,
-    "notice_interval_s": float,
-}
+        return cls(**values)

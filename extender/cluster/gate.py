@@ -29,6 +29,7 @@ from extender.cluster.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeError
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending import PendingReporter
 from extender.cluster.state import ClusterState
+from extender.cluster.threads import join, start_daemon
 from extender.cluster.webhook import GATE
 from packing.queue import Admission
 
@@ -196,13 +197,11 @@ class GateController:
                 log.exception("admission step failed")
 
     def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="queue-gate", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self.run, "queue-gate")
         return self._thread
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopped.set()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        join(self._thread, timeout)
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes.watch.watch import iter_resp_lines
 
 from extender.cluster.kube import Kube, KubeError
+from extender.cluster.threads import join, start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +200,7 @@ class Informer:
 
     def start(self) -> threading.Thread:
         """Run the watch in a daemon thread (call ``relist()`` first to be synced before it starts)."""
-        self._thread = threading.Thread(target=self.run, name=f"informer-{self.name}", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self.run, f"informer-{self.name}")
         return self._thread
 
     def stop(self, timeout: float = 5.0) -> None:
@@ -212,8 +212,7 @@ class Informer:
                 resp.shutdown()
             except Exception:  # best effort: the read timeout ends it anyway
                 log.debug("%s: could not shut the watch connection", self.name)
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        join(self._thread, timeout)
 
 
 def _uid(obj: Mapping[str, Any]) -> str:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.cluster.kube import Kube, KubeError, parse_time, q
+from extender.cluster.threads import join, start_daemon
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +150,9 @@ class LeaderElector:
             log.info("leader election: could not release the Lease: %s", e)
 
     def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="leader-election", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self.run, "leader-election")
         return self._thread
 
     def stop(self, timeout: float = 5.0) -> None:
         self.stopped.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        join(self._thread, timeout)

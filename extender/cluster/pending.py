@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.cluster.kube import STRATEGIC_PATCH, Kube, KubeError
+from extender.cluster.threads import join, start_daemon
 from packing.queue import Explanation
 
 log = logging.getLogger(__name__)
@@ -244,12 +245,10 @@ class PendingReporter:
                 log.exception("pending reporter failed")
 
     def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="pending-reporter", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self.run, "pending-reporter")
         return self._thread
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopped.set()
         self._wake.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout)
+        join(self._thread, timeout)

@@ -4,7 +4,7 @@ The base ``ExtenderState`` owns the ledger, the waiting room and the lock; this 
 that same lock:
 
 * ``describe`` that also reads DRA claims (``extender.cluster.asks``);
-* the sync's view of the API: ``sync_node``/``drop_node`` (inventory), ``observe_bound`` (a bound
+* the sync's view of the API: ``sync_node``/``drop_node`` (inventory, inherited), ``observe_bound`` (a bound
   pod's allocation record read back: restart, failover, or a bind the watch shows before our own
   bind call returns), ``observe_gone`` (deleted or finished: its slice frees at once);
 * the gate's queue steps: ``gate_arrive`` (a gated pod joins the line at its creation time),
@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.cluster.asks import describe_cluster_pod
 from extender.cluster.dra import ClaimResolver
-from extender.inventory import Card
 from extender.podspec import PodAsk
 from extender.state import Binder, ExtenderState, StateConfig
-from extender.waiting import WaitingRoom
 from packing.entitlements import Entitlement
-from packing.ledger import Allocation, LedgerError
+from packing.ledger import LedgerError
 from packing.policies import place_on
 from packing.products import Catalog
-from packing.queue import Admission, ClaimQueue, Explanation
+from packing.queue import Admission, Explanation
 from packing.record import AllocationRecord
 
 log = logging.getLogger(__name__)
@@ -68,61 +66,11 @@ class ClusterState(ExtenderState):
     # ---- terms -----------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget everything (not ready): a new leadership term rebuilds from the API.
-
-        The ledger is emptied in place (the fit cache and the policies keep their reference to it);
-        the queue starts afresh.
-        """
+        """Forget everything (not ready): a new leadership term rebuilds from the API."""
         with self.lock:
             self.ready = False
-            for name in list(self.ledger.nodes):
-                self.ledger.remove_node(name)
-                self._touch(name)
-            self.waiting = WaitingRoom(ClaimQueue(self.ledger, self.policy,
-                                                  reservation_ttl=self.config.reservation_ttl_s))
-            self._pods.clear()
-            self._bound.clear()
-            self._bad_inventory.clear()
+            self.clear()
             self._admitted.clear()
-
-    # ---- inventory -------------------------------------------------------------------------------
-
-    def sync_node(self, name: str, cards: Iterable[Card]) -> str:
-        """Make the ledger's view of ``name`` equal ``cards``: added, replaced, removed, same, or busy
-        (an inventory change under live allocations is not applied: the slices stay accounted)."""
-        want = [c.as_tuple() for c in cards]
-        with self.lock:
-            self._bad_inventory.pop(name, None)
-            existing = self.ledger.nodes.get(name)
-            if existing is None:
-                if not want:
-                    return "same"
-                self.ledger.add_node(name, want)
-                self._touch(name)
-                return "added"
-            if [(g.uuid, g.model, g.memory_mib) for g in existing.gpus] == want:
-                return "same"
-            if any(a.node == name for a in self.ledger.allocations.values()):
-                return "busy"
-            order = existing.order
-            self.ledger.remove_node(name)
-            if want:
-                self.ledger.add_node(name, want, order=order)
-            self._touch(name)
-            return "replaced" if want else "removed"
-
-    def bad_inventory(self, name: str, why: str) -> None:
-        """Remember why ``name``'s GPUs could not be read (filter shows it as the node's reason)."""
-        with self.lock:
-            self._bad_inventory[name] = why
-
-    def drop_node(self, name: str) -> list[Allocation]:
-        """The node left the cluster: drop it and every allocation on it ([] for an unknown node)."""
-        with self.lock:
-            self._bad_inventory.pop(name, None)
-            if name not in self.ledger.nodes:
-                return []
-        return self.remove_node(name)
 
     # ---- pods seen through the API ---------------------------------------------------------------
 
@@ -140,19 +88,18 @@ class ClusterState(ExtenderState):
             raise LedgerError(f"pod {ask.key} asks for no slice")
         uid = ask.uid
         with self.lock:
-            if uid in self._binding:
+            if self.bind_in_flight(uid):
                 return IN_FLIGHT
             if node not in self.ledger.nodes:
                 return UNKNOWN_NODE  # a node without (known) GPUs, or one that just left with its slices
             held = self.ledger.allocations.get(uid)
             wanted = record.gpus if record is not None else None
             if held is not None and not held.reserved and held.node == node and wanted in (None, held.gpus):
-                self._bound[uid] = node
+                self.mark_bound(uid, node)
                 self._admitted.discard(uid)
                 return KEPT
             if held is not None:
-                self.ledger.release(uid)
-                self._touch(held.node)
+                self.release_allocation(held)
             outcome = ADOPTED
             try:
                 if wanted is None:
@@ -164,14 +111,13 @@ class ClusterState(ExtenderState):
                     place_on(self.ledger, uid, request, node, self.policy)
                 except LedgerError as e:
                     if held is not None:
-                        self.ledger.assign(uid, held.request, held.node, held.gpus, held.expires_at)
-                        self._touch(held.node)
+                        self.restore_allocation(held)
                     log.error("pod %s is bound to %s but the ledger cannot hold it there: %s", ask.key, node, e)
                     return CONFLICT
-            self._touch(node)
-            self._bound[uid] = node
+            self.touch(node)
+            self.mark_bound(uid, node)
             self._admitted.discard(uid)
-            self._remember(ask)
+            self.remember(ask)
             self.waiting.start(ask, self.clock())  # a claim the queue admitted already counts as running
             return outcome
 
@@ -188,7 +134,7 @@ class ClusterState(ExtenderState):
                 alloc = self.ledger.allocations.get(uid)
                 queue.depart(uid, self.clock())
                 if alloc is not None:
-                    self._touch(alloc.node)
+                    self.touch(alloc.node)
                 found = True
             self._admitted.discard(uid)
         return found
@@ -201,19 +147,20 @@ class ClusterState(ExtenderState):
             return False
         with self.lock:
             uid = ask.uid
-            if uid in self.ledger.allocations or uid in self._bound or self.waiting.queue.state(uid) is not None:
+            known = uid in self.ledger.allocations or self.bound_node(uid) is not None
+            if known or self.waiting.queue.state(uid) is not None:
                 return False
-            self._remember(ask)
+            self.remember(ask)
             self.waiting.arrive(ask, reason, arrived_at)
             return self.waiting.queue.state(uid) == "waiting"
 
     def admit(self, now: float) -> list[Admission]:
         """One admission step: reserve slices (until now + TTL) for the claims the queue lets in."""
         with self.lock:
-            self._expire(now)
+            self.expire_due(now)
             admissions = self.waiting.queue.admit(now)
             for a in admissions:
-                self._touch(a.allocation.node)
+                self.touch(a.allocation.node)
                 self._admitted.add(a.claim)
             return admissions
 
@@ -224,9 +171,9 @@ class ClusterState(ExtenderState):
         with self.lock:
             queue = self.waiting.queue
             for uid in list(self._admitted):
-                if uid in self._bound or queue.state(uid) != "running":
+                if self.bound_node(uid) is not None or queue.state(uid) != "running":
                     self._admitted.discard(uid)
-                elif uid not in self.ledger.allocations and uid not in self._binding:
+                elif uid not in self.ledger.allocations and not self.bind_in_flight(uid):
                     queue.requeue(uid)
                     self._admitted.discard(uid)
                     lost.append(uid)
@@ -258,7 +205,7 @@ class ClusterState(ExtenderState):
     def binding(self, uid: str) -> bool:
         """Is a bind of this pod in flight right now?"""
         with self.lock:
-            return uid in self._binding
+            return self.bind_in_flight(uid)
 
     def waiting_state(self, uid: str) -> str | None:
         """``waiting``, ``running`` (admitted or bound) or None, as the queue sees the claim."""

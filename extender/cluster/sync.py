@@ -33,6 +33,7 @@ from extender.cluster.kube import Kube, KubeError, parse_time, q
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending import PendingReporter
 from extender.cluster.state import PLACED, ClusterState
+from extender.cluster.threads import join, start_daemon
 from extender.cluster.webhook import GATE
 from extender.inventory import InventoryError, cards_of_node
 from extender.podspec import MalformedPod
@@ -132,15 +133,13 @@ class ClusterSync:
         """Watch from the rebuilt state on, and resync every ``resync_s``."""
         for informer in (self.nodes, self.entitlements, self.pods):
             informer.start()
-        self._resync_thread = threading.Thread(target=self._resync_loop, name="resync", daemon=True)
-        self._resync_thread.start()
+        self._resync_thread = start_daemon(self._resync_loop, "resync")
 
     def stop(self) -> None:
         self._stopped.set()
         for informer in (self.pods, self.entitlements, self.nodes):
             informer.stop()
-        if self._resync_thread is not None:
-            self._resync_thread.join(5.0)
+        join(self._resync_thread, 5.0)
 
     def pod(self, uid: str) -> Obj | None:
         """The pod as last seen by the watch (None when unknown or gone)."""
