@@ -20,6 +20,9 @@ request shape, a ``SortedList`` of its class heads. A step merges shapes through
 next heads: a shape that does not fit is dropped at once with all its classes, a class over its
 entitlement is skipped at once. A step where nothing fits costs O(shapes + blocked classes) x log,
 whatever the number of waiting claims; each admission adds O(log n) plus the placement.
+
+The plain data (``WaitingClaim``, ``Admission``, policy names, errors) lives in ``packing.claims``,
+the reasons and the explain pass in ``packing.explain``; both are re-exported here.
 """
 
 from __future__ import annotations
@@ -27,108 +30,54 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator, Mapping
-from dataclasses import KW_ONLY, asdict, dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from sortedcontainers import SortedList
 
+from packing.claims import (
+    ADMISSION_POLICIES,
+    AGING_GUARD,
+    BEST_EFFORT_FIFO,
+    DEFAULT_AGE_LIMIT,
+    STRICT_FIFO,
+    Admission,
+    QueueError,
+    UnknownClaimError,
+    WaitingClaim,
+)
+from packing.claims import finite as _finite
 from packing.entitlements import Entitlement, Usage, UsageBook, product_name, shortfall
 from packing.estimate import estimated_start
+from packing.explain import (
+    ADMISSIBLE,
+    BLOCKED_BY_HEAD_OF_LINE,
+    FITS_NOW,
+    NO_CAPACITY,
+    QUOTA_EXCEEDED,
+    REASONS,
+    UNSATISFIABLE,
+    WAITING_FOR_RESERVATION,
+    ClassFacts,
+    Explanation,
+    capacity_message,
+    explain_in_order,
+    unsatisfiable_message,
+)
 from packing.ledger import Allocation, Ledger, Node
 from packing.policies import BEST_FIT, Choice, Policy
 from packing.products import Request
 
-QUOTA_EXCEEDED = "QuotaExceeded"
-NO_CAPACITY = "NoCapacity"
-WAITING_FOR_RESERVATION = "WaitingForReservation"
-BLOCKED_BY_HEAD_OF_LINE = "BlockedByHeadOfLine"
-UNSATISFIABLE = "Unsatisfiable"
-ADMISSIBLE = "Admissible"  # only when explain runs before admit: the next step starts it
-REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE)
-
-AGING_GUARD = "aging-guard"
-BEST_EFFORT_FIFO = "best-effort-fifo"
-STRICT_FIFO = "strict-fifo"
-ADMISSION_POLICIES = (AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO)
-DEFAULT_AGE_LIMIT = 3600.0  # seconds: the protocol B study's T, 2-4 points of capacity at saturation
+__all__ = [  # the queue's public names, wherever they are defined (the extender and simulator import them here)
+    "ADMISSIBLE", "ADMISSION_POLICIES", "AGING_GUARD", "BEST_EFFORT_FIFO", "BLOCKED_BY_HEAD_OF_LINE",
+    "DEFAULT_AGE_LIMIT", "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE",
+    "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "QueueError", "UnknownClaimError",
+    "WaitingClaim",
+]
 
 Key = tuple[int, float, int]  # (-priority, arrived_at, seq): queue order
+Entry = tuple[WaitingClaim, Key, int]  # a waiting claim, its Key and its class id
 _AFTER_KEYS = (math.inf,)  # compares above every Key: closes a (time limit, Key) range
-
-
-class QueueError(ValueError):
-    """A queue operation refused; the queue and the ledger are unchanged."""
-
-
-class UnknownClaimError(QueueError, KeyError):
-    """The queue knows no such claim (neither waiting nor running)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else "unknown claim"
-
-
-@dataclass(frozen=True, slots=True)
-class WaitingClaim:
-    """A claim asking for a slice. Keywords after ``request``: ``arrived_at`` (required), ``priority``
-    (higher goes first) and ``time_limit`` (declared, enforced maximum runtime in seconds)."""
-
-    claim: str
-    namespace: str
-    request: Request
-    _: KW_ONLY
-    arrived_at: float
-    priority: int = 0
-    time_limit: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.claim, str) or not self.claim:
-            raise QueueError("a waiting claim needs a non-empty claim id")
-        if not isinstance(self.namespace, str):
-            raise QueueError(f"claim {self.claim}: namespace must be a string")
-        if not isinstance(self.request, Request):
-            raise QueueError(f"claim {self.claim}: request must be a packing.products.Request")
-        if not _finite(self.arrived_at):
-            raise QueueError(f"claim {self.claim}: arrived_at must be a finite number, got {self.arrived_at!r}")
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
-            raise QueueError(f"claim {self.claim}: priority must be an integer, got {self.priority!r}")
-        if self.time_limit is not None and not (_finite(self.time_limit) and self.time_limit > 0):
-            raise QueueError(f"claim {self.claim}: time_limit must be a positive number of seconds or None")
-
-    @property
-    def product(self) -> str:
-        """The product it is counted under (entitlements, age limits, positions)."""
-        return product_name(self.request)
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    """A claim the step admitted: its ledger allocation (a reservation when the queue has a TTL)."""
-
-    claim: str
-    allocation: Allocation
-    waited: float
-    namespace: str = ""
-    backfill: bool = False  # admitted behind a starving head because it ends before the head can start
-
-
-@dataclass(frozen=True, slots=True)
-class Explanation:
-    """Why one claim waits: its place in line, one reason, and what it waits for."""
-
-    claim: str
-    namespace: str
-    product: str
-    position: int
-    product_position: int
-    reason: str
-    message: str
-    waited: float
-    priority: int = 0
-    estimated_start: float | None = None  # WaitingForReservation: when declared ends make it fit
-
-    def as_dict(self) -> dict[str, Any]:
-        """JSON-ready view (for the pod event/condition and the state endpoint)."""
-        return asdict(self)
 
 
 @dataclass(slots=True)
@@ -189,8 +138,8 @@ class ClaimQueue:
         self.default_age_limit = float(default_age_limit)
         self.reservation_ttl = reservation_ttl
         self._seq = 0
-        self._waiting: dict[str, tuple[WaitingClaim, Key, int]] = {}  # claim -> (claim, key, cid)
-        self._by_seq: dict[int, str] = {}
+        self._waiting: dict[str, Entry] = {}  # claim id -> (claim, key, cid)
+        self._by_seq: dict[int, Entry] = {}  # seq -> the same entry as in _waiting: one lookup per Key
         self._order: SortedList = SortedList()  # every waiting Key
         self._classes: dict[int, _Class] = {}
         self._class_of: dict[ClassKey, int] = {}
@@ -342,7 +291,7 @@ class ClaimQueue:
     def in_order(self) -> Iterator[WaitingClaim]:
         """Waiting claims in queue order."""
         for key in self._order:
-            yield self._waiting[self._by_seq[key[2]]][0]
+            yield self._by_seq[key[2]][0]
 
     def age_limit(self, product: str) -> float:
         """T for ``product``: once a claim has waited longer, the aging guard protects it."""
@@ -372,8 +321,8 @@ class ClaimQueue:
             key, sid, cid = heapq.heappop(heap)
             shape = shapes_by_id[sid]
             cls = self._classes[cid]
-            name = self._by_seq[key[2]]
-            waiting = self._waiting[name][0]
+            waiting = self._by_seq[key[2]][0]
+            name = waiting.claim
             if sid in dropped:
                 # only a starving class head of a shape that does not fit is pushed after the drop
                 if self._over_entitlement(cls.namespace, shape.request):
@@ -450,8 +399,8 @@ class ClaimQueue:
             cls = self._classes[cid]
             if self._over_entitlement(cls.namespace, cls.shape):
                 continue  # usage only grows within a step: the whole class stays over
-            name = self._by_seq[key[2]]
-            waiting = self._waiting[name][0]
+            waiting = self._by_seq[key[2]][0]
+            name = waiting.claim
             if self._ends_by(waiting, now, est):
                 choice = self.policy.choose(self.ledger, waiting.request)
                 if choice is None:
@@ -487,8 +436,9 @@ class ClaimQueue:
         reason and what it waits for.
 
         Reasons describe what ``admit(now)`` does with the current ledger; call it right after
-        ``admit(now)`` (then no claim is ``Admissible``). O(n) plus one fit check per class: meant
-        for periodic condition refreshes and the state view, not for every scheduling event.
+        ``admit(now)`` (then no claim is ``Admissible``). O(n) plus one fit check per class and one
+        capacity message per request shape (``packing.explain``): meant for periodic condition
+        refreshes and the state view, not for every scheduling event.
         """
         if not _finite(now):
             raise QueueError(f"now must be a finite number, got {now!r}")
@@ -496,109 +446,33 @@ class ClaimQueue:
             raise QueueError(f"limit must be a whole number >= 0 or None, got {limit!r}")
         fits: dict[Request, bool] = {}
         wants: dict[Request, str] = {}
-        verdicts: dict[int, tuple[str, str, bool, str, float]] = {}  # per class: reason, message, fit, product, T
-        per_product: dict[str, int] = {}
-        head: WaitingClaim | None = None  # strict: first that does not fit; aging: the guard
-        head_est: float | None = None
-        blocked = ""  # the message of claims held behind the head
-        out: list[Explanation] = []
-        keys = self._order if limit is None else self._order.islice(0, limit)
-        for position, key in enumerate(keys, start=1):
-            w, _, cid = self._waiting[self._by_seq[key[2]]]
-            verdict = verdicts.get(cid)
-            if verdict is None:
-                verdict = verdicts[cid] = self._class_verdict(w, fits, wants)
-            reason, message, fit, product, age_limit = verdict
-            per_product[product] = per_product.get(product, 0) + 1
-            est: float | None = None
-            if reason in (ADMISSIBLE, NO_CAPACITY):
-                if self.admission == STRICT_FIFO:
-                    if head is not None and fit:
-                        reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-                    elif head is None and not fit:
-                        head = w
-                        blocked = (f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), "
-                                   "which does not fit")
-                elif self.admission == AGING_GUARD:
-                    if head is not None and fit and not self._ends_by(w, now, head_est):
-                        reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-                    elif head is None and not fit and now - w.arrived_at > age_limit:
-                        head = w
-                        est = head_est = self.estimated_start(w.request, now)
-                        blocked = self._guard_message(w, now, est)
-                        reason = WAITING_FOR_RESERVATION
-                        message = f"{message}; {self._starving_message(w, now, est)}"
-            out.append(Explanation(w.claim, w.namespace, product, position, per_product[product], reason, message,
-                                   max(0.0, now - w.arrived_at), w.priority, est))
-        return out
 
-    def _class_verdict(
-        self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]
-    ) -> tuple[str, str, bool, str, float]:
-        """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?"""
+        def facts(w: WaitingClaim) -> ClassFacts:
+            return self._class_facts(w, fits, wants)
+
+        keys = self._order if limit is None else self._order.islice(0, limit)
+        by_seq = self._by_seq
+        entries = (by_seq[key[2]] for key in keys)
+        return explain_in_order(entries, now, self.admission, facts, self.estimated_start, self.reservation_ttl or 0.0)
+
+    def _class_facts(self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]) -> ClassFacts:
+        """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?
+        ``fits`` and ``wants`` memoise the fit check and the capacity message per request shape."""
         r = w.request
         product = w.product
         limit = self.age_limit(product)
         if not self._holds(r):
-            return UNSATISFIABLE, self._unsatisfiable_message(r), False, product, limit
+            return ClassFacts(UNSATISFIABLE, unsatisfiable_message(r), False, product, limit)
         quota = self._shortfall(w.namespace, r)
         if quota is not None:
-            return QUOTA_EXCEEDED, quota, False, product, limit
+            return ClassFacts(QUOTA_EXCEEDED, quota, False, product, limit)
         if r not in fits:
             fits[r] = self.policy.choose(self.ledger, r) is not None
         if fits[r]:
-            return ADMISSIBLE, "fits now: the next admission step starts it", True, product, limit
+            return ClassFacts(ADMISSIBLE, FITS_NOW, True, product, limit)
         if r not in wants:
-            wants[r] = self._capacity_message(r)
-        return NO_CAPACITY, wants[r], False, product, limit
-
-    def _guard_message(self, head: WaitingClaim, now: float, est: float | None) -> str:
-        limit = self.age_limit(head.product)
-        when = "unknown (running claims declare no time limit)" if est is None else f"in {_span(est - now)}"
-        return (f"fits now, but {head.claim} ({head.product}) has waited {_span(now - head.arrived_at)}, past its "
-                f"{_span(limit)} limit, and goes first; a claim may start before it only with a declared time "
-                f"limit ending by its estimated start ({when})")
-
-    def _starving_message(self, w: WaitingClaim, now: float, est: float | None) -> str:
-        when = "unknown: running claims declare no time limit" if est is None else f"in {_span(est - now)}"
-        return (f"waited {_span(now - w.arrived_at)}, past its {_span(self.age_limit(w.product))} limit: "
-                f"younger claims are held back until it starts (estimated start {when})")
-
-    def _capacity_message(self, r: Request) -> str:
-        """What a claim waits for: the slice it needs against the largest free one."""
-        what = f" ({r.product})" if r.product else ""
-        if r.gpu_less:
-            return f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM on one node; no node has both free"
-        if r.whole and r.count > 1:
-            best: tuple[int, str] | None = None
-            for node in self.ledger.nodes.values():
-                empty = sum(1 for g in node.gpus if g.empty and r.accepts_model(g.model))
-                if best is None or empty > best[0]:
-                    best = (empty, node.name)
-            most = f"at most {best[0]} on node {best[1]}" if best else "no nodes"
-            return f"needs {r.count} empty cards on one node{what}; {most}"
-        need = "an empty card" if r.whole else f"a {r.milli}-milli slice"
-        largest = None
-        for model in self.ledger.models():
-            if r.accepts_model(model):
-                g = next(self.ledger.gpus_from_largest(model, 0), None)
-                if g is not None and (largest is None or g.free_milli > largest.free_milli):
-                    largest = g
-        if largest is None:
-            return f"needs {need}{what}; the cluster has no matching GPU"
-        if largest.free_milli >= r.milli:
-            return (f"needs {need}{what} with {r.memory_mib} MiB of GPU memory and the node's CPU/RAM; "
-                    "no GPU has all of it free")
-        return f"needs {need}{what}; largest free is {largest.free_milli} on node {largest.node}"
-
-    def _unsatisfiable_message(self, r: Request) -> str:
-        model = r.model or "any"
-        if r.gpu_less:
-            return (f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM; no node is that large "
-                    "(re-checked when nodes join)")
-        cards = f"{r.count} {model} cards" if r.count > 1 else f"a {model} card"
-        return (f"{r.describe()} can never fit: no node has {cards} with {r.memory_mib} MiB each and room for "
-                f"{r.cpu_milli}m CPU / {r.host_memory_mib} MiB RAM (re-checked when nodes join)")
+            wants[r] = capacity_message(self.ledger, r)
+        return ClassFacts(NO_CAPACITY, wants[r], False, product, limit)
 
     # ---- entitlements and satisfiability ------------------------------------------------------
 
@@ -655,8 +529,7 @@ class ClaimQueue:
         if old != cls.keys[0]:
             self._move_head(shape, cid, old, key)
         self._order.add(key)
-        self._waiting[claim.claim] = (claim, key, cid)
-        self._by_seq[seq] = claim.claim
+        self._waiting[claim.claim] = self._by_seq[seq] = (claim, key, cid)
 
     def _dequeue(self, name: str) -> None:
         claim, key, cid = self._waiting.pop(name)
@@ -706,7 +579,7 @@ class ClaimQueue:
         """Recompute every index from the claims; AssertionError names the first mismatch."""
         keys = sorted(k for _, k, _ in self._waiting.values())
         assert list(self._order) == keys, "queue order index drifted"
-        assert {k[2]: n for n, (_, k, _) in self._waiting.items()} == self._by_seq, "seq index drifted"
+        assert {e[1][2]: e for e in self._waiting.values()} == self._by_seq, "seq index drifted"
         members: dict[int, list[Key]] = {}
         limited = 0
         for claim, key, cid in self._waiting.values():
@@ -720,8 +593,8 @@ class ClaimQueue:
         heads: dict[Request, list[tuple[Key, int]]] = {}
         for cid, cls in self._classes.items():
             assert list(cls.keys) == sorted(members[cid]), f"class {cid} drifted"
-            lims = sorted((self._waiting[self._by_seq[k[2]]][0].time_limit, k) for k in members[cid]
-                          if self._waiting[self._by_seq[k[2]]][0].time_limit is not None)
+            lims = sorted((self._by_seq[k[2]][0].time_limit, k) for k in members[cid]
+                          if self._by_seq[k[2]][0].time_limit is not None)
             assert list(cls.limits) == lims, f"class {cid} time-limit index drifted"
             heads.setdefault(cls.shape, []).append((cls.keys[0], cid))
         assert set(heads) == set(self._shapes), "empty or missing shape"
@@ -755,18 +628,3 @@ def _could_hold(node: Node, r: Request) -> bool:
     cards = sum(1 for g in node.gpus if r.accepts_model(g.model) and g.milli >= r.milli
                 and g.memory_mib >= r.memory_mib)
     return cards >= r.count
-
-
-def _finite(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _span(seconds: float) -> str:
-    """A short human duration: 45 s, 12 min, 2.5 h."""
-    s = max(0.0, seconds)
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 7200:
-        minutes, rest = divmod(round(s), 60)
-        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
-    return f"{s / 3600:.1f} h"

@@ -10,12 +10,16 @@ all measured in this run:
 * ``arrive``: one arrival;
 * the same step done naively (re-sort every waiting claim, then try them in order, remembering
   the shapes that did not fit), as the baseline the queue's indexes are measured against;
+* ``explain``: one ``explain(now)`` of every waiting claim, in ms and per claim, also with the
+  garbage collector paused (at 100 000 waiting the 100 000 new Explanations set off a full
+  collection, which scans the whole heap: the ledger and the queue, not just the new objects);
 * the growth of each figure from 1 000 to 100 000 waiting claims (goal: near-flat, i.e. about
-  logarithmic per event, no full re-sort per event).
+  logarithmic per event, no full re-sort per event; explain: linear, so flat per claim).
 """
 
 from __future__ import annotations
 
+import gc
 import random
 import statistics
 import time
@@ -123,9 +127,16 @@ def measure(n: int, admission: str, now: float, declared: bool) -> dict[str, flo
         backfilled += sum(a.backfill for a in got)
         quarters.extend(a.claim for a in got if a.allocation.request == Q)
     naive = timed(lambda: naive_step(q, now), repeat=3 if n >= 100_000 else 10)
-    explain = timed(lambda: q.explain(now), repeat=1 if n >= 100_000 else 3)
+    waiting = q.waiting()
+    explain = timed(lambda: q.explain(now), repeat=3 if n >= 100_000 else 7)
+    gc.disable()
+    try:
+        explain_no_gc = timed(lambda: q.explain(now), repeat=3 if n >= 100_000 else 7)
+    finally:
+        gc.enable()
     return {"arrive": arrive, "quiet": quiet, "event": statistics.median(events), "naive": naive,
-            "explain": explain, "admitted": admitted, "backfilled": backfilled, "classes": q.classes()}
+            "explain": explain, "explain_claim": explain / waiting, "explain_no_gc": explain_no_gc,
+            "admitted": admitted, "backfilled": backfilled, "classes": q.classes()}
 
 
 def main() -> None:
@@ -140,17 +151,20 @@ def main() -> None:
         rows = {n: measure(n, admission, now, declared) for n in SIZES}
         print(f"\nadmission {admission}{note}")
         print(f"{'waiting':>8} {'classes':>7} {'arrive us':>9} {'step (nothing fits) us':>22} "
-              f"{'event (depart+admit) us':>23} {'naive step us':>13} {'naive/step':>10} {'explain ms':>10}")
+              f"{'event (depart+admit) us':>23} {'naive step us':>13} {'naive/step':>10} {'explain ms':>10} "
+              f"{'explain us/claim':>16} {'explain ms, gc off':>18}")
         for n, r in rows.items():
             print(f"{n:>8} {r['classes']:>7} {r['arrive'] * 1e6:>9.1f} {r['quiet'] * 1e6:>22.1f} "
                   f"{r['event'] * 1e6:>23.1f} {r['naive'] * 1e6:>13.0f} {r['naive'] / r['quiet']:>10.0f} "
-                  f"{r['explain'] * 1e3:>10.1f}")
+                  f"{r['explain'] * 1e3:>10.1f} {r['explain_claim'] * 1e6:>16.2f} {r['explain_no_gc'] * 1e3:>18.1f}")
         lo, hi = rows[SIZES[0]], rows[SIZES[-1]]
         growth = SIZES[-1] // SIZES[0]
         print(f"growth x{growth} waiting: step x{hi['quiet'] / lo['quiet']:.2f}, "
               f"event x{hi['event'] / lo['event']:.2f}, arrive x{hi['arrive'] / lo['arrive']:.2f}, "
               f"naive step x{hi['naive'] / lo['naive']:.1f}, "
-              f"explain x{hi['explain'] / lo['explain']:.1f}; admissions in 200 events at 10k: "
+              f"explain x{hi['explain'] / lo['explain']:.1f} "
+              f"(gc off x{hi['explain_no_gc'] / lo['explain_no_gc']:.1f}); "
+              f"admissions in 200 events at 10k: "
               f"{rows[10_000]['admitted']:.0f} ({rows[10_000]['backfilled']:.0f} backfilled)")
 
 

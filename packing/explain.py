@@ -1,0 +1,208 @@
+"""Why each waiting claim waits: the reasons, their messages, and the one pass that assigns them.
+
+``explain_in_order`` walks the waiting claims once, in queue order. What holds for a whole class of
+identical claims (request, namespace, priority) -- unsatisfiable, over its entitlement, fits now or
+not, and the capacity message -- is computed once per class by the caller's ``facts``; per claim the
+pass only counts positions, follows the admission policy's head of line and builds the explanation.
+Cost: O(n) plus one ``facts`` call per class and one estimated start (the aging guard's head).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields
+from typing import Any, NamedTuple
+
+from packing.claims import AGING_GUARD, STRICT_FIFO, WaitingClaim
+from packing.ledger import Gpu, Ledger
+from packing.products import Request
+
+QUOTA_EXCEEDED = "QuotaExceeded"
+NO_CAPACITY = "NoCapacity"
+WAITING_FOR_RESERVATION = "WaitingForReservation"
+BLOCKED_BY_HEAD_OF_LINE = "BlockedByHeadOfLine"
+UNSATISFIABLE = "Unsatisfiable"
+ADMISSIBLE = "Admissible"  # only when explain runs before admit: the next step starts it
+REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE)
+FITS_NOW = "fits now: the next admission step starts it"
+
+
+@dataclass(frozen=True, slots=True)
+class Explanation:
+    """Why one claim waits: its place in line, one reason, and what it waits for."""
+
+    claim: str
+    namespace: str
+    product: str
+    position: int
+    product_position: int
+    reason: str
+    message: str
+    waited: float
+    priority: int = 0
+    estimated_start: float | None = None  # WaitingForReservation: when declared ends make it fit
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready view (for the pod event/condition and the state endpoint)."""
+        return asdict(self)
+
+
+class ClassFacts(NamedTuple):
+    """What holds for every waiting claim of one class now, before the admission policy's head of line."""
+
+    reason: str  # UNSATISFIABLE, QUOTA_EXCEEDED, ADMISSIBLE or NO_CAPACITY
+    message: str
+    fit: bool  # a free slice fits it now
+    product: str
+    age_limit: float  # T of its product
+
+
+def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, int, float | None], Explanation]:
+    """An ``Explanation(...)`` equivalent that sets the slots directly: the frozen dataclass's
+    ``__init__`` goes through ``object.__setattr__`` per field, half of explain's time per claim."""
+    assert not hasattr(Explanation, "__post_init__"), "the fast constructor would skip __post_init__"
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = (Explanation.__dict__[f.name].__set__ for f in fields(Explanation))
+    new = object.__new__
+
+    def make(claim: str, namespace: str, product: str, position: int, product_position: int, reason: str,
+             message: str, waited: float, priority: int, estimated_start: float | None) -> Explanation:
+        e: Explanation = new(Explanation)
+        s0(e, claim)
+        s1(e, namespace)
+        s2(e, product)
+        s3(e, position)
+        s4(e, product_position)
+        s5(e, reason)
+        s6(e, message)
+        s7(e, waited)
+        s8(e, priority)
+        s9(e, estimated_start)
+        return e
+
+    return make
+
+
+_make_explanation = _explanation_maker()
+
+
+def explain_in_order(
+    entries: Iterable[tuple[WaitingClaim, object, int]],
+    now: float,
+    admission: str,
+    facts: Callable[[WaitingClaim], ClassFacts],
+    estimate: Callable[[Request, float], float | None],
+    slack: float = 0.0,
+) -> list[Explanation]:
+    """Explain ``entries`` -- (claim, anything, class id), in queue order -- under ``admission``.
+
+    ``facts(claim)`` is called once per class id; ``estimate(request, now)`` once, for the aging
+    guard's head; ``slack`` is the reservation TTL a backfilled claim adds to its declared limit.
+    """
+    strict = admission == STRICT_FIFO
+    guarded = strict or admission == AGING_GUARD  # best effort never holds a claim behind another
+    of_class: dict[int, ClassFacts] = {}
+    per_product: dict[str, int] = {}
+    head: WaitingClaim | None = None  # strict: first that does not fit; aging: the guard
+    head_est: float | None = None
+    blocked = ""  # the message of claims held behind the head
+    out: list[Explanation] = []
+    append = out.append
+    make = _make_explanation
+    for position, (w, _, cid) in enumerate(entries, start=1):
+        f = of_class.get(cid)
+        if f is None:
+            f = of_class[cid] = facts(w)
+        reason, message, fit, product, age_limit = f
+        count = per_product[product] = per_product.get(product, 0) + 1
+        est: float | None = None
+        if guarded and reason in (ADMISSIBLE, NO_CAPACITY):
+            if strict:
+                if head is not None and fit:
+                    reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
+                elif head is None and not fit:
+                    head = w
+                    blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
+            elif head is not None and fit and not _ends_by(w, now, head_est, slack):
+                reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
+            elif head is None and not fit and now - w.arrived_at > age_limit:
+                head = w
+                est = head_est = estimate(w.request, now)
+                blocked = guard_message(w, now, est, age_limit)
+                reason = WAITING_FOR_RESERVATION
+                message = f"{message}; {starving_message(w, now, est, age_limit)}"
+        waited = now - w.arrived_at
+        append(make(w.claim, w.namespace, product, position, count, reason, message,
+                    waited if waited > 0.0 else 0.0, w.priority, est))
+    return out
+
+
+def _ends_by(w: WaitingClaim, now: float, est: float | None, slack: float) -> bool:
+    """Does ``w``, started now, surely end by ``est`` (its declared limit, plus the reservation TTL)?"""
+    if est is None or w.time_limit is None:
+        return False
+    return now + slack + w.time_limit <= est
+
+
+def guard_message(head: WaitingClaim, now: float, est: float | None, age_limit: float) -> str:
+    """What claims held behind the aging guard's ``head`` are told."""
+    when = "unknown (running claims declare no time limit)" if est is None else f"in {span(est - now)}"
+    return (f"fits now, but {head.claim} ({head.product}) has waited {span(now - head.arrived_at)}, past its "
+            f"{span(age_limit)} limit, and goes first; a claim may start before it only with a declared time "
+            f"limit ending by its estimated start ({when})")
+
+
+def starving_message(w: WaitingClaim, now: float, est: float | None, age_limit: float) -> str:
+    """What the aging guard's head is told, after its capacity message."""
+    when = "unknown: running claims declare no time limit" if est is None else f"in {span(est - now)}"
+    return (f"waited {span(now - w.arrived_at)}, past its {span(age_limit)} limit: "
+            f"younger claims are held back until it starts (estimated start {when})")
+
+
+def capacity_message(ledger: Ledger, r: Request) -> str:
+    """What a claim that does not fit waits for: the slice it needs against the largest free one."""
+    what = f" ({r.product})" if r.product else ""
+    if r.gpu_less:
+        return f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM on one node; no node has both free"
+    if r.whole and r.count > 1:
+        best: tuple[int, str] | None = None
+        for node in ledger.nodes.values():
+            empty = sum(1 for g in node.gpus if g.empty and r.accepts_model(g.model))
+            if best is None or empty > best[0]:
+                best = (empty, node.name)
+        most = f"at most {best[0]} on node {best[1]}" if best else "no nodes"
+        return f"needs {r.count} empty cards on one node{what}; {most}"
+    need = "an empty card" if r.whole else f"a {r.milli}-milli slice"
+    largest: Gpu | None = None
+    for model in ledger.models():
+        if r.accepts_model(model):
+            g = next(ledger.gpus_from_largest(model, 0), None)
+            if g is not None and (largest is None or g.free_milli > largest.free_milli):
+                largest = g
+    if largest is None:
+        return f"needs {need}{what}; the cluster has no matching GPU"
+    if largest.free_milli >= r.milli:
+        return (f"needs {need}{what} with {r.memory_mib} MiB of GPU memory and the node's CPU/RAM; "
+                "no GPU has all of it free")
+    return f"needs {need}{what}; largest free is {largest.free_milli} on node {largest.node}"
+
+
+def unsatisfiable_message(r: Request) -> str:
+    """Why no node in the cluster could ever hold ``r``."""
+    model = r.model or "any"
+    if r.gpu_less:
+        return (f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM; no node is that large "
+                "(re-checked when nodes join)")
+    cards = f"{r.count} {model} cards" if r.count > 1 else f"a {model} card"
+    return (f"{r.describe()} can never fit: no node has {cards} with {r.memory_mib} MiB each and room for "
+            f"{r.cpu_milli}m CPU / {r.host_memory_mib} MiB RAM (re-checked when nodes join)")
+
+
+def span(seconds: float) -> str:
+    """A short human duration: 45 s, 12 min, 2.5 h."""
+    s = max(0.0, seconds)
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        minutes, rest = divmod(round(s), 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    return f"{s / 3600:.1f} h"
