@@ -1,0 +1,161 @@
+"""``gpuslice simulate`` / ``gpuslice plan`` on small files: the documented contract."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from simulations.cli import parse_cap, parse_duration, parse_rho, parse_seeds, plan_main, simulate_main
+from simulations.sizing import SizingError, lower_bound_cards, smallest_cards
+
+NODES = "sn,cpu_milli,memory_mib,gpu,model\n" + "".join(
+    f"n{i},{64000 if i % 2 else 32000},262144,{(2, 4, 8)[i % 3]},{('T4', 'G2')[i % 2]}\n" for i in range(12))
+HEADER = ("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,"
+          "creation_time,deletion_time,scheduled_time\n")
+
+
+def pods_csv(n: int = 60) -> str:
+    rows = []
+    for i in range(n):
+        gpus, milli = [(1, 1000), (1, 470), (1, 810), (1, 230), (0, 0), (2, 1000)][i % 6]
+        times = f"{10 * i},{10 * i + 900},{10 * i + 1}"
+        rows.append(f"p{i},{2000 + 500 * (i % 5)},4096,{gpus},{milli},,LS,Running,{times}\n")
+    return HEADER + "".join(rows)
+
+
+@pytest.fixture
+def openb(tmp_path: Path) -> tuple[Path, Path]:
+    nodes = tmp_path / "nodes.csv"
+    pods = tmp_path / "pods.csv"
+    nodes.write_text(NODES)
+    pods.write_text(pods_csv())
+    return nodes, pods
+
+
+def test_argument_parsers() -> None:
+    assert parse_seeds("42-51") == tuple(range(42, 52))
+    assert parse_seeds("1,3,7") == (1, 3, 7)
+    assert parse_duration("15m") == 900 and parse_duration("2d") == 172800 and parse_duration("90") == 90
+    assert parse_cap("none") is None and parse_cap("2h") == 7200
+    assert parse_rho("none") is None and parse_rho("0.7") == 0.7
+    for bad, parser in [("5-1", parse_seeds), ("x", parse_seeds), ("3 weeks", parse_duration), ("-1", parse_rho)]:
+        with pytest.raises(argparse.ArgumentTypeError):
+            parser(bad)
+
+
+def test_protocol_a_on_openb_files_writes_the_contract_key(openb: tuple[Path, Path], tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    out = tmp_path / "a.json"
+    code = simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--protocol", "a", "--seeds", "42-44",
+                          "--policy", "go-best-fit", "--json", str(out), "--csv", str(tmp_path / "a.csv")])
+    assert code == 0
+    data = json.loads(out.read_text())
+    assert data["protocol"] == "a" and data["seeds"] == [42, 43, 44] and data["policy"] == "go-best-fit"
+    runs = [r["unallocated_gpu_pct_at_100"] for r in data["runs"] if r["unallocated_gpu_pct_at_100"] is not None]
+    assert data["unallocated_gpu_pct_at_100"] == pytest.approx(sum(runs) / len(runs))
+    assert "go-best-fit" in capsys.readouterr().out
+    assert (tmp_path / "a.csv").read_text().startswith("policy,arrived_pct,allocated_pct")
+
+
+def test_protocol_b_on_openb_files_with_plots(openb: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, pods = openb
+    code = simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--protocol", "b", "--cards", "8",
+                          "--jobs", "300", "--seeds", "1", "--rho", "0.9", "--out", str(tmp_path / "b")])
+    assert code == 0
+    data = json.loads((tmp_path / "b" / "results.json").read_text())
+    run = data["runs"][0]
+    assert run["cards"] == 8 and run["waits"]["all"]["jobs"] == 300
+    assert data["runtime_cap"]["runtime_cap_s"] == 172800
+    assert {"v100-100", "v100-50", "v100-25"} <= set(run["waits"])
+    for png in ("wait_cdf.png", "utilisation.png", "fragmentation.png"):
+        assert (tmp_path / "b" / png).stat().st_size > 1000
+
+
+def test_builtin_workload_runs_without_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = simulate_main(["--jobs", "400", "--cards", "16", "--seeds", "1", "--json", str(tmp_path / "b.json")])
+    assert code == 0
+    assert "built-in synthetic" in capsys.readouterr().out
+    assert json.loads((tmp_path / "b.json").read_text())["protocol"] == "b"
+
+
+def test_own_trace_format(tmp_path: Path) -> None:
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("arrival,duration,product,namespace\n" +
+                     "".join(f"{5 * i},{60 + i},{['v100-25', 'v100-50', 'v100-100'][i % 3]},t{i % 2}\n"
+                             for i in range(50)))
+    code = simulate_main(["--trace", str(trace), "--cards", "4", "--rho", "none", "--seeds", "1",
+                          "--json", str(tmp_path / "t.json")])
+    assert code == 0
+    run = json.loads((tmp_path / "t.json").read_text())["runs"][0]
+    assert run["waits"]["all"]["jobs"] == 50 and run["offered_load"] == pytest.approx(
+        sum((60 + i) * (250, 500, 1000)[i % 3] for i in range(50)) / (4000 * 245))
+    assert set(run["namespaces"]) == {"t0", "t1"}
+    assert sum(ns["served_share_pct"] for ns in run["namespaces"].values()) == pytest.approx(100)
+
+
+def test_bad_row_exits_2_naming_file_and_line(openb: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    pods.write_text(pods_csv(6) + "bad,1,1,1,2000,,LS,Running,0,1,0\n")
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1"]) == 2
+    assert f"{pods}:8: gpu_milli" in capsys.readouterr().err
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--bad-rows", "skip"]) == 0
+    assert "skipped 1 bad row" in capsys.readouterr().err
+
+
+def test_usage_errors_exit_2(openb: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    _, pods = openb
+    assert simulate_main(["--pods", str(pods), "--protocol", "a"]) == 2
+    assert "needs --nodes" in capsys.readouterr().err
+    assert simulate_main(["--policy", "nope", "--jobs", "10"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_plan_finds_a_card_count_and_writes_the_curve(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    code = plan_main(["--jobs", "600", "--ref-cards", "16", "--rho", "0.8", "--target", "5m", "--seeds", "1",
+                      "--json", str(out), "--plot", str(tmp_path / "plan.png")])
+    assert code == 0
+    data = json.loads(out.read_text())
+    curve = {p["cards"]: p["wait_s"] for p in data["curve"]}
+    n = data["cards"]
+    assert curve[n] <= 300 and data["lower_bound_cards"] <= n
+    assert all(w > 300 for c, w in curve.items() if c < n)  # every smaller count measured misses
+    assert (tmp_path / "plan.png").stat().st_size > 1000
+
+
+def test_bisection_finds_the_threshold_of_a_monotone_curve() -> None:
+    calls: list[int] = []
+
+    def wait(n: int) -> float:
+        calls.append(n)
+        return 1000.0 / n
+
+    sizing = smallest_cards(wait, 10.0, 5, 1000)
+    assert sizing.cards == 100
+    assert len(calls) == len(sizing.points) < 25  # bisection, each count measured once
+    assert all(w > 10 for n, w in sizing.curve() if n < 100)
+    assert smallest_cards(lambda n: 50.0, 10.0, 5, 40).cards is None
+    assert lower_bound_cards(8500.0 * 100, 100.0) == 9
+    with pytest.raises(SizingError):
+        smallest_cards(wait, -1.0, 5, 10)
+
+
+def test_progress_bar_draws_only_when_enabled() -> None:
+    import io
+
+    from simulations.progress import Progress
+
+    quiet = io.StringIO()
+    bar = Progress("x", stream=quiet)  # a StringIO is not a terminal
+    bar.update(5, 10)
+    bar.close()
+    assert quiet.getvalue() == ""
+    loud = io.StringIO()
+    bar = Progress("run", enabled=True, stream=loud)
+    bar.update(10, 10)
+    bar.close()
+    assert "run [" in loud.getvalue() and "100.0%" in loud.getvalue() and loud.getvalue().endswith("\n")
