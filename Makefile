@@ -32,7 +32,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy packing
+	$(BIN)/mypy packing extender enforcement simulations
 
 check: lint typecheck test
 
