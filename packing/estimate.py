@@ -14,7 +14,7 @@ the live ledger is only read.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from packing.ledger import Gpu, Ledger, Node
 from packing.products import Request
@@ -60,14 +60,29 @@ def fits_in(node: Node, request: Request, gpu_free: dict[str, list[int]], host_f
     return False
 
 
-def estimated_start(ledger: Ledger, request: Request, ends: Iterable[tuple[float, str]], now: float) -> float | None:
+def estimated_start(ledger: Ledger, request: Request, ends: Iterable[tuple[float, str]], now: float,
+                    nodes: Collection[str] | None = None) -> float | None:
     """First declared end (not before ``now``) after which ``request`` fits; None if none does.
 
     ``ends`` lists (declared end, claim) of running claims, ascending; claims no longer holding an
-    allocation in the ledger are skipped. ``now`` when the request fits already.
+    allocation in the ledger are skipped. ``now`` when the request fits already. With ``nodes``,
+    only a fit on one of those nodes counts (the aging guard's drain target).
     """
-    if any(fits_in(n, request, {}, None) for n in _candidate_nodes(ledger, request)):
-        return now
+    found = earliest_node(ledger, request, ends, now, nodes)
+    return None if found is None else found[0]
+
+
+def earliest_node(ledger: Ledger, request: Request, ends: Iterable[tuple[float, str]], now: float,
+                  nodes: Collection[str] | None = None, exclude: Collection[str] = ()) -> tuple[float, str] | None:
+    """(estimated start, node): the first node, among ``nodes`` (all when None) less ``exclude``, where
+    ``request`` fits after the declared ends in ``ends``, and when; None when the declared claims never
+    free enough there. A node where it fits already comes first, at ``now``."""
+    def allowed(name: str) -> bool:
+        return (nodes is None or name in nodes) and name not in exclude
+
+    for n in _candidate_nodes(ledger, request):
+        if allowed(n.name) and fits_in(n, request, {}, None):
+            return now, n.name
     gpu_free: dict[str, list[int]] = {}
     host_free: dict[str, list[int]] = {}
     models = _Models(request)
@@ -84,13 +99,15 @@ def estimated_start(ledger: Ledger, request: Request, ends: Iterable[tuple[float
         host = host_free.setdefault(node.name, [node.free_cpu, node.free_mem])
         host[0] += alloc.request.cpu_milli
         host[1] += alloc.request.host_memory_mib
+        if not allowed(node.name):
+            continue
         if request.count == 1 and node.cpu_milli is None and node.memory_mib is None and not request.gpu_less:
             # nothing fitted before this release: only the GPUs it freed can take a one-GPU request now
             fits = any(_gpu_takes(ledger.gpus[s.uuid], request, gpu_free, models) for s in alloc.shares)
         else:
             fits = fits_in(node, request, gpu_free, host, models)
         if fits:
-            return max(end, now)
+            return max(end, now), node.name
     return None
 
 

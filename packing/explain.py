@@ -4,14 +4,15 @@
 identical claims (request, namespace, priority) -- unsatisfiable, over its entitlement, fits now or
 not, and the capacity message -- is computed once per class by the caller's ``facts``; per claim the
 pass only counts positions, follows the admission policy's head of line and builds the explanation.
-Cost: O(n) plus one ``facts`` call per class and one estimated start (the aging guard's head).
+Cost: O(n) plus one ``facts`` call per class; under the aging guard, one fit check per request shape
+and set of held nodes, and one target pick and estimated start per head.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from packing.claims import AGING_GUARD, STRICT_FIFO, WaitingClaim
 from packing.ledger import Gpu, Ledger
@@ -85,26 +86,51 @@ def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, 
 _make_explanation = _explanation_maker()
 
 
+class Guard(Protocol):
+    """The aging guard's view of the cluster that the pass needs (the queue supplies it, memoised)."""
+
+    cap: int  # how many heads may hold a drain target
+
+    def fits_outside(self, request: Request, held: frozenset[str]) -> bool:
+        """Does ``request`` fit now on a node not in ``held``?"""
+
+    def fits_on(self, request: Request, node: str) -> bool:
+        """Does ``request`` fit now on ``node``?"""
+
+    def target(self, head: WaitingClaim, held: frozenset[str]) -> tuple[str, float | None] | None:
+        """The drain target held for ``head`` (not in ``held``) and its estimated start there."""
+
+
+class _Held(NamedTuple):
+    node: str
+    head: WaitingClaim
+    est: float | None
+    blocked: str  # what a younger claim that fits only on this node is told
+
+
 def explain_in_order(
     entries: Iterable[tuple[WaitingClaim, object, int]],
     now: float,
     admission: str,
     facts: Callable[[WaitingClaim], ClassFacts],
-    estimate: Callable[[Request, float], float | None],
+    guard: Guard | None = None,
     slack: float = 0.0,
 ) -> list[Explanation]:
     """Explain ``entries`` -- (claim, anything, class id), in queue order -- under ``admission``.
 
-    ``facts(claim)`` is called once per class id; ``estimate(request, now)`` once, for the aging
-    guard's head; ``slack`` is the reservation TTL a backfilled claim adds to its declared limit.
+    ``facts(claim)`` is called once per class id; ``guard`` (required for the aging guard) answers
+    fit checks outside and on the drain targets; ``slack`` is the reservation TTL a backfilled claim
+    adds to its declared limit.
     """
     strict = admission == STRICT_FIFO
-    guarded = strict or admission == AGING_GUARD  # best effort never holds a claim behind another
+    aging = admission == AGING_GUARD and guard is not None
     of_class: dict[int, ClassFacts] = {}
     per_product: dict[str, int] = {}
-    head: WaitingClaim | None = None  # strict: first that does not fit; aging: the guard
-    head_est: float | None = None
-    blocked = ""  # the message of claims held behind the head
+    head: WaitingClaim | None = None  # strict: the first that does not fit
+    blocked = ""  # strict: the message of claims held behind the head
+    held: list[_Held] = []  # aging guard: heads met so far and the nodes held for them
+    held_nodes: frozenset[str] = frozenset()
+    headed: set[Request] = set()  # aging guard: request shapes that have their head
     out: list[Explanation] = []
     append = out.append
     make = _make_explanation
@@ -115,21 +141,28 @@ def explain_in_order(
         reason, message, fit, product, age_limit = f
         count = per_product[product] = per_product.get(product, 0) + 1
         est: float | None = None
-        if guarded and reason in (ADMISSIBLE, NO_CAPACITY):
-            if strict:
-                if head is not None and fit:
-                    reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-                elif head is None and not fit:
-                    head = w
-                    blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
-            elif head is not None and fit and not _ends_by(w, now, head_est, slack):
+        if strict and reason in (ADMISSIBLE, NO_CAPACITY):
+            if head is not None and fit:
                 reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-            elif head is None and not fit and now - w.arrived_at > age_limit:
+            elif head is None and not fit:
                 head = w
-                est = head_est = estimate(w.request, now)
-                blocked = guard_message(w, now, est, age_limit)
-                reason = WAITING_FOR_RESERVATION
-                message = f"{message}; {starving_message(w, now, est, age_limit)}"
+                blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
+        elif aging and guard is not None and reason in (ADMISSIBLE, NO_CAPACITY):
+            free = fit and (not held or guard.fits_outside(w.request, held_nodes))
+            if free:
+                pass
+            elif (w.request not in headed and len(held) < guard.cap and now - w.arrived_at > age_limit
+                  and (target := guard.target(w, held_nodes)) is not None):
+                node, est = target
+                headed.add(w.request)
+                held.append(_Held(node, w, est, guard_message(w, node, now, est, age_limit)))
+                held_nodes = held_nodes | {node}
+                need = message if not fit else "fits only on nodes held for older claims"
+                reason, message = WAITING_FOR_RESERVATION, f"{need}; {starving_message(w, node, now, est, age_limit)}"
+            elif fit:
+                on = [h for h in held if guard.fits_on(w.request, h.node)]
+                if not any(_ends_by(w, now, h.est, slack) for h in on):
+                    reason, message = BLOCKED_BY_HEAD_OF_LINE, on[0].blocked
         waited = now - w.arrived_at
         append(make(w.claim, w.namespace, product, position, count, reason, message,
                     waited if waited > 0.0 else 0.0, w.priority, est))
@@ -143,19 +176,20 @@ def _ends_by(w: WaitingClaim, now: float, est: float | None, slack: float) -> bo
     return now + slack + w.time_limit <= est
 
 
-def guard_message(head: WaitingClaim, now: float, est: float | None, age_limit: float) -> str:
-    """What claims held behind the aging guard's ``head`` are told."""
+def guard_message(head: WaitingClaim, node: str, now: float, est: float | None, age_limit: float) -> str:
+    """What a younger claim that fits only on ``node``, the drain target of ``head``, is told."""
     when = "unknown (running claims declare no time limit)" if est is None else f"in {span(est - now)}"
-    return (f"fits now, but {head.claim} ({head.product}) has waited {span(now - head.arrived_at)}, past its "
-            f"{span(age_limit)} limit, and goes first; a claim may start before it only with a declared time "
-            f"limit ending by its estimated start ({when})")
+    return (f"fits only on node {node}: holding node {node} for the head of the line, {head.namespace}/"
+            f"{head.claim} ({head.product}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} "
+            f"limit); a younger claim may start there only with a declared time limit ending by its estimated "
+            f"start ({when})")
 
 
-def starving_message(w: WaitingClaim, now: float, est: float | None, age_limit: float) -> str:
+def starving_message(w: WaitingClaim, node: str, now: float, est: float | None, age_limit: float) -> str:
     """What the aging guard's head is told, after its capacity message."""
     when = "unknown: running claims declare no time limit" if est is None else f"in {span(est - now)}"
-    return (f"waited {span(now - w.arrived_at)}, past its {span(age_limit)} limit: "
-            f"younger claims are held back until it starts (estimated start {when})")
+    return (f"waited {span(now - w.arrived_at)}, past its {span(age_limit)} limit: holding node {node} for "
+            f"it (younger claims start elsewhere, or there only if they end first; estimated start {when})")
 
 
 def capacity_message(ledger: Ledger, r: Request) -> str:

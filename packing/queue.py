@@ -10,9 +10,10 @@ deterministic. Admission policies (see ``packing/QUEUE.md`` for the rules and gu
 
 * ``best-effort-fifo``: in order, admit every claim that fits; one that does not fit blocks nobody;
 * ``strict-fifo``: in order, stop at the first claim (within its entitlement) that does not fit;
-* ``aging-guard`` (default): best effort, until the first claim in order that has waited longer
-  than its product's age limit T does not fit; from then on nothing behind it starts, except a
-  claim whose declared time limit ends before that head's estimated start (backfill).
+* ``aging-guard`` (default): best effort, except that a claim that has waited longer than its
+  product's age limit T and does not fit (a head, one per request shape, at most ``drain_cap()``)
+  holds one node, its drain target (``packing.drain``): younger claims go anywhere else, and onto
+  the target only when their declared time limit ends before the head's estimated start there.
 
 Data structures (so that a step is not a re-sort of the whole queue): waiting claims sit in
 classes of identical (request, namespace, priority), each a ``SortedList`` in arrival order; per
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -40,6 +41,7 @@ from packing.claims import (
     AGING_GUARD,
     BEST_EFFORT_FIFO,
     DEFAULT_AGE_LIMIT,
+    DEFAULT_DRAIN_TARGETS,
     STRICT_FIFO,
     Admission,
     QueueError,
@@ -47,6 +49,7 @@ from packing.claims import (
     WaitingClaim,
 )
 from packing.claims import finite as _finite
+from packing.drain import pick_target
 from packing.entitlements import Entitlement, Usage, UsageBook, product_name, shortfall
 from packing.estimate import estimated_start
 from packing.explain import (
@@ -70,9 +73,9 @@ from packing.products import Request
 
 __all__ = [  # the queue's public names, wherever they are defined (the extender and simulator import them here)
     "ADMISSIBLE", "ADMISSION_POLICIES", "AGING_GUARD", "BEST_EFFORT_FIFO", "BLOCKED_BY_HEAD_OF_LINE",
-    "DEFAULT_AGE_LIMIT", "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE",
-    "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "QueueError", "UnknownClaimError",
-    "WaitingClaim",
+    "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO",
+    "UNSATISFIABLE", "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "QueueError",
+    "UnknownClaimError", "WaitingClaim",
 ]
 
 Key = tuple[int, float, int]  # (-priority, arrived_at, seq): queue order
@@ -100,6 +103,16 @@ class _Class:
     limits: SortedList = field(default_factory=SortedList)  # (time limit, Key) of claims declaring one
 
 
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """A starving head of the line in one step: the node held for it, and its estimated start there."""
+
+    claim: WaitingClaim
+    key: Key
+    node: str
+    est: float | None
+
+
 @dataclass(slots=True)
 class _Shape:
     sid: int
@@ -122,6 +135,7 @@ class ClaimQueue:
         age_limits: Mapping[str, float] | None = None,
         reservation_ttl: float | None = None,
         default_age_limit: float = DEFAULT_AGE_LIMIT,
+        max_drain_targets: int = DEFAULT_DRAIN_TARGETS,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -131,8 +145,11 @@ class ClaimQueue:
                 raise QueueError(f"age limit for {product} must be a finite number of seconds >= 0, got {limit!r}")
         if reservation_ttl is not None and not (_finite(reservation_ttl) and reservation_ttl > 0):
             raise QueueError(f"reservation_ttl must be a positive number of seconds or None, got {reservation_ttl!r}")
+        if not isinstance(max_drain_targets, int) or isinstance(max_drain_targets, bool) or max_drain_targets < 1:
+            raise QueueError(f"max_drain_targets must be a whole number >= 1, got {max_drain_targets!r}")
         self.ledger = ledger
         self.policy = policy
+        self.max_drain_targets = max_drain_targets
         self.admission = admission
         self.age_limits = limits
         self.default_age_limit = float(default_age_limit)
@@ -151,6 +168,7 @@ class ClaimQueue:
         self._usage = UsageBook()
         self._entitlements: dict[str, Entitlement] = {}
         self._holdable: dict[Request, tuple[bool, Node | None]] = {}
+        self._targets: dict[str, str] = {}  # aging guard: starving head -> its drain target, kept across steps
 
     # ---- events ---------------------------------------------------------------------------------
 
@@ -301,9 +319,10 @@ class ClaimQueue:
         """Has ``claim`` waited longer than its product's age limit?"""
         return now - claim.arrived_at > self.age_limit(claim.product)
 
-    def estimated_start(self, request: Request, now: float) -> float | None:
-        """When running claims' declared ends make ``request`` fit (``packing.estimate``)."""
-        return estimated_start(self.ledger, request, self._ends, now)
+    def estimated_start(self, request: Request, now: float, nodes: Collection[str] | None = None) -> float | None:
+        """When running claims' declared ends make ``request`` fit (on one of ``nodes`` when given;
+        ``packing.estimate``)."""
+        return estimated_start(self.ledger, request, self._ends, now, nodes)
 
     # ---- the admission step ---------------------------------------------------------------------
 
@@ -313,10 +332,15 @@ class ClaimQueue:
             raise QueueError(f"now must be a finite number, got {now!r}")
         self.expire(now)
         out: list[Admission] = []
-        dropped: set[int] = set()  # shapes that fit nowhere (or never) for the rest of this step
+        dropped: set[int] = set()  # shapes that fit on no allowed node for the rest of this step
         heap = [(s.heads[0][0], s.sid, s.heads[0][1]) for s in self._shapes.values()]
         heapq.heapify(heap)
         shapes_by_id = {s.sid: s for s in self._shapes.values()}
+        guard = self.admission == AGING_GUARD
+        heads: list[_Head] = []  # aging guard: the starving heads met so far, each holding its drain target
+        headed: set[int] = set()  # shapes that have their head
+        cap = self.drain_cap()
+        allowed: frozenset[str] | None = None  # nodes not held for a head (None: every node)
         while heap:
             key, sid, cid = heapq.heappop(heap)
             shape = shapes_by_id[sid]
@@ -325,29 +349,75 @@ class ClaimQueue:
             name = waiting.claim
             if sid in dropped:
                 # only a starving class head of a shape that does not fit is pushed after the drop
+                if sid in headed or len(heads) >= cap:
+                    continue  # pushed before its shape got a head, or before the cap was reached
                 if self._over_entitlement(cls.namespace, shape.request):
                     self._push_starving(heap, shape, key, now)
-                    continue
-                return self._backfill(now, waiting, out, dropped, shapes_by_id)
+                elif self._make_head(waiting, key, heads, now):
+                    headed.add(sid)
+                    allowed = self._allowed(heads)
+                continue
             if not self._holds(shape.request):
                 dropped.add(sid)
                 continue
             if self._over_entitlement(cls.namespace, shape.request):
                 self._push_next(heap, shape, key)
                 continue
-            choice = self.policy.choose(self.ledger, shape.request)
+            choice = self.policy.choose(self.ledger, shape.request, allowed)
             if choice is None:
                 dropped.add(sid)
                 if self.admission == STRICT_FIFO:
                     return out
-                if self.admission == AGING_GUARD:
-                    if self.starving(waiting, now):
-                        return self._backfill(now, waiting, out, dropped, shapes_by_id)
-                    self._push_starving(heap, shape, key, now)
+                if guard and sid not in headed and len(heads) < cap:
+                    if not self.starving(waiting, now):
+                        self._push_starving(heap, shape, key, now)
+                    elif self._make_head(waiting, key, heads, now):
+                        headed.add(sid)
+                        allowed = self._allowed(heads)
                 continue
             out.append(self._admit_one(name, choice, now, backfill=False))
             self._push_next(heap, shape, key)
+        if guard:
+            self._targets = {h.claim.claim: h.node for h in heads}
+            if heads:
+                self._backfill(now, heads, out, dropped, shapes_by_id)
         return out
+
+    def drain_cap(self) -> int:
+        """How many heads may hold a drain target at once: ``max_drain_targets``, and at most a
+        quarter of the nodes (at least one), so most of the cluster keeps taking younger claims."""
+        return min(self.max_drain_targets, max(1, len(self.ledger.nodes) // 4))
+
+    def drain_targets(self) -> dict[str, str]:
+        """The aging guard's heads after the last step: claim -> the node held for it."""
+        return {c: n for c, n in self._targets.items() if c in self._waiting}
+
+    def _allowed(self, heads: list[_Head]) -> frozenset[str]:
+        held = {h.node for h in heads}
+        return frozenset(n for n in self.ledger.nodes if n not in held)
+
+    def _make_head(self, w: WaitingClaim, key: Key, heads: list[_Head], now: float) -> bool:
+        """Make the starving ``w`` a head: resolve its drain target and the estimated start there."""
+        node = self.drain_target(w, frozenset(h.node for h in heads), now)
+        if node is None:
+            return False
+        heads.append(_Head(w, key, node, estimated_start(self.ledger, w.request, self._ends, now, (node,))))
+        return True
+
+    def drain_target(self, w: WaitingClaim, held: Collection[str], now: float) -> str | None:
+        """The node ``admit`` holds for the starving head ``w`` while ``held`` are held for earlier heads:
+        its target from earlier steps while that node is in the ledger and not in ``held``; else a
+        fresh pick (``packing.drain``) among the nodes that could hold it, avoiding other heads'
+        targets where it can. None when every node that could hold it is held."""
+        kept = self._targets.get(w.claim)
+        if kept is not None and kept not in held:
+            node = self.ledger.nodes.get(kept)
+            if node is not None and _could_hold(node, w.request):
+                return kept
+        others = {n for c, n in self._targets.items() if c != w.claim and c in self._waiting}
+        able = [n.name for n in self.ledger.nodes.values() if n.name not in held and _could_hold(n, w.request)]
+        free = [n for n in able if n not in others]
+        return pick_target(self.ledger, w.request, self._ends, now, free or able)
 
     def _push_next(self, heap: list[tuple[Key, int, int]], shape: _Shape, after: Key) -> None:
         i = shape.heads.bisect_right((after, math.inf))
@@ -368,50 +438,55 @@ class ClaimQueue:
                 return
 
     def _backfill(
-        self, now: float, head: WaitingClaim, out: list[Admission], dropped: set[int], shapes: dict[int, _Shape]
-    ) -> list[Admission]:
-        """Behind a starving head that does not fit: admit only claims whose declared time limit
-        ends by the head's estimated start; higher priority first, then the shortest declared limit,
-        then arrival. Lazy: each class offers its next candidate only, so a step costs
-        O((classes + admissions) x log)."""
-        if self._limited_waiting == 0:
-            return out
-        est = self.estimated_start(head.request, now)
-        if est is None:
-            return out
-        bound = (est - now - (self.reservation_ttl or 0.0) + 1e-6, _AFTER_KEYS)  # widened; _ends_by decides
+        self, now: float, heads: list[_Head], out: list[Admission], dropped: set[int], shapes: dict[int, _Shape]
+    ) -> None:
+        """On the drain targets: admit claims younger than a target's head whose declared time limit
+        ends by that head's estimated start there; higher priority first, then the shortest declared
+        limit, then arrival. Lazy: each class offers its next candidate only."""
+        timed = [h for h in heads if h.est is not None]
+        if self._limited_waiting == 0 or not timed:
+            return
+        slack = self.reservation_ttl or 0.0
+        latest = max(h.est for h in timed if h.est is not None)
+        bound = (latest - now - slack + 1e-6, _AFTER_KEYS)  # widened; _ends_by decides
+        targets = frozenset(h.node for h in timed)
         heap: list[tuple[tuple[int, float, Key], int, int, int]] = []  # (order, sid, cid, index in cls.limits)
-        for shape in shapes.values():
-            if shape.sid in dropped or not shape.heads or not self._holds(shape.request):
+        for sid in dropped:
+            shape = shapes[sid]
+            if not shape.heads or not self._holds(shape.request):
                 continue
-            if self.policy.choose(self.ledger, shape.request) is None:
-                dropped.add(shape.sid)
+            if self.policy.choose(self.ledger, shape.request, targets) is None:
                 continue
             for _, cid in shape.heads:
                 cls = self._classes[cid]
                 if cls.limits and cls.limits[0] <= bound and not self._over_entitlement(cls.namespace, cls.shape):
-                    heap.append((_backfill_order(cls.limits[0]), shape.sid, cid, 0))
+                    heap.append((_backfill_order(cls.limits[0]), sid, cid, 0))
         heapq.heapify(heap)
+        failed: dict[int, list[frozenset[str]]] = {}  # per shape: target sets it found no room on
         while heap:
             (_, _, key), sid, cid, index = heapq.heappop(heap)
-            if sid in dropped:
-                continue
             cls = self._classes[cid]
             if self._over_entitlement(cls.namespace, cls.shape):
                 continue  # usage only grows within a step: the whole class stays over
             waiting = self._by_seq[key[2]][0]
-            name = waiting.claim
-            if self._ends_by(waiting, now, est):
-                choice = self.policy.choose(self.ledger, waiting.request)
-                if choice is None:
-                    dropped.add(sid)
+            by_time = frozenset(h.node for h in timed if self._ends_by(waiting, now, h.est))
+            eligible = frozenset(h.node for h in timed if h.key < key and h.node in by_time)
+            if eligible:
+                tried = failed.setdefault(sid, [])
+                choice = None
+                if not any(eligible <= f for f in tried):
+                    choice = self.policy.choose(self.ledger, waiting.request, eligible)
+                if choice is not None:
+                    out.append(self._admit_one(waiting.claim, choice, now, backfill=True))
+                    if cid in self._classes and index < len(cls.limits) and cls.limits[index] <= bound:
+                        heapq.heappush(heap, (_backfill_order(cls.limits[index]), sid, cid, index))
                     continue
-                out.append(self._admit_one(name, choice, now, backfill=True))
-            else:
-                index += 1  # within the widened bound but not exactly: look past it
-            if cid in self._classes and index < len(cls.limits) and cls.limits[index] <= bound:
+                tried.append(eligible)
+                if eligible == by_time:
+                    continue  # later claims of the class declare longer limits: no more room for them
+            index += 1
+            if index < len(cls.limits) and cls.limits[index] <= bound:
                 heapq.heappush(heap, (_backfill_order(cls.limits[index]), sid, cid, index))
-        return out
 
     def _ends_by(self, w: WaitingClaim, now: float, est: float | None) -> bool:
         """Does ``w``, started now, surely end by ``est`` (its declared limit, plus the reservation TTL)?"""
@@ -453,7 +528,8 @@ class ClaimQueue:
         keys = self._order if limit is None else self._order.islice(0, limit)
         by_seq = self._by_seq
         entries = (by_seq[key[2]] for key in keys)
-        return explain_in_order(entries, now, self.admission, facts, self.estimated_start, self.reservation_ttl or 0.0)
+        guard = _GuardView(self, now) if self.admission == AGING_GUARD else None
+        return explain_in_order(entries, now, self.admission, facts, guard, self.reservation_ttl or 0.0)
 
     def _class_facts(self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]) -> ClassFacts:
         """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?
@@ -609,6 +685,42 @@ class ClaimQueue:
         ends = sorted((r.ends_at, n) for n, r in self._running.items() if r.ends_at is not None)
         assert list(self._ends) == ends, "declared-end index drifted"
         assert not set(self._waiting) & set(self._running), "a claim both waits and runs"
+
+
+class _GuardView:
+    """What explain asks about the aging guard's drain targets, memoised for one pass (``packing.explain.Guard``)."""
+
+    def __init__(self, queue: ClaimQueue, now: float) -> None:
+        self.queue = queue
+        self.now = now
+        self.cap = queue.drain_cap()
+        self._outside: dict[tuple[Request, frozenset[str]], bool] = {}
+        self._on: dict[tuple[Request, str], bool] = {}
+
+    def fits_outside(self, request: Request, held: frozenset[str]) -> bool:
+        """Does ``request`` fit now on a node not in ``held``?"""
+        key = (request, held)
+        if key not in self._outside:
+            q = self.queue
+            rest = frozenset(n for n in q.ledger.nodes if n not in held)
+            self._outside[key] = q.policy.choose(q.ledger, request, rest) is not None
+        return self._outside[key]
+
+    def fits_on(self, request: Request, node: str) -> bool:
+        """Does ``request`` fit now on ``node``?"""
+        key = (request, node)
+        if key not in self._on:
+            q = self.queue
+            self._on[key] = q.policy.choose(q.ledger, request, (node,)) is not None
+        return self._on[key]
+
+    def target(self, head: WaitingClaim, held: frozenset[str]) -> tuple[str, float | None] | None:
+        """The drain target ``admit`` would hold for ``head`` and its estimated start there."""
+        q = self.queue
+        node = q.drain_target(head, held, self.now)
+        if node is None:
+            return None
+        return node, estimated_start(q.ledger, head.request, q._ends, self.now, (node,))
 
 
 def _backfill_order(entry: tuple[float, Key]) -> tuple[int, float, Key]:

@@ -109,9 +109,10 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     """Every claim on its own, in ``q.in_order()``: no memo, no classes."""
     out: list[Explanation] = []
     per_product: dict[str, int] = {}
-    head: WaitingClaim | None = None
-    head_est: float | None = None
+    head: WaitingClaim | None = None  # strict FIFO
     blocked = ""
+    held: list[tuple[str, WaitingClaim, float | None, str]] = []  # aging guard: (target, head, estimate, message)
+    headed: set[Request] = set()
     slack = q.reservation_ttl or 0.0
     for position, w in enumerate(q.in_order(), start=1):
         r, product, limit = w.request, w.product, q.age_limit(w.product)
@@ -132,16 +133,20 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                     head = w
                     blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
             elif q.admission == AGING_GUARD:
-                ends_by = (head_est is not None and w.time_limit is not None
-                           and now + slack + w.time_limit <= head_est)
-                if head is not None and fit and not ends_by:
-                    reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-                elif head is None and not fit and now - w.arrived_at > limit:
-                    head = w
-                    est = head_est = q.estimated_start(r, now)
-                    blocked = guard_message(w, now, est, limit)
-                    reason = WAITING_FOR_RESERVATION
-                    message = f"{message}; {starving_message(w, now, est, limit)}"
+                outside = [n for n in q.ledger.nodes if n not in {t for t, _, _, _ in held}]
+                on = [(t, h_est, msg) for t, _, h_est, msg in held if q.policy.choose(q.ledger, r, [t]) is not None]
+                if q.policy.choose(q.ledger, r, outside) is not None:
+                    pass  # fits off every drain target
+                elif (r not in headed and len(held) < q.drain_cap() and now - w.arrived_at > limit
+                      and (node := q.drain_target(w, [t for t, _, _, _ in held], now)) is not None):
+                    headed.add(r)
+                    est = q.estimated_start(r, now, [node])
+                    held.append((node, w, est, guard_message(w, node, now, est, limit)))
+                    need = message if not fit else "fits only on nodes held for older claims"
+                    reason, message = WAITING_FOR_RESERVATION, f"{need}; {starving_message(w, node, now, est, limit)}"
+                elif fit and not any(h_est is not None and w.time_limit is not None
+                                     and now + slack + w.time_limit <= h_est for _, h_est, _ in on):
+                    reason, message = BLOCKED_BY_HEAD_OF_LINE, on[0][2]
         per_product[product] = per_product.get(product, 0) + 1
         out.append(Explanation(w.claim, w.namespace, product, position, per_product[product], reason, message,
                                max(0.0, now - w.arrived_at), w.priority, est))

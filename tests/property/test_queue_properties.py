@@ -7,16 +7,19 @@ waits and who runs; after every admission step it checks, independently of the q
 * no overtaking of an equal request (same priority, request and declared limit, and the same
   namespace while any entitlement is set);
 * entitlements are never exceeded by an admission;
-* work conservation: under best effort and the aging guard, no claim waits for capacity
-  (``NoCapacity``/``WaitingForReservation``) while a slice it fits is free;
+* work conservation: under best effort no claim waits for capacity while a slice it fits is free;
+  under the aging guard no claim waits ``NoCapacity``/``WaitingForReservation`` while a slice it fits
+  is free outside the drain targets, and one told ``BlockedByHeadOfLine`` fits only on a target;
 * strict FIFO: nothing is admitted behind a claim left waiting for capacity;
-* bounded wait: under the aging guard, once a claim has waited past its limit, nothing behind it
-  is admitted unless its declared limit ends before the head's estimated start, recomputed here
-  by a reference implementation on a copy of the ledger;
+* bounded wait: under the aging guard, the oldest starving claim left waiting holds a drain target,
+  a head keeps its target while it waits, and nothing younger than a head is placed on its target
+  unless its declared limit ends before the head's estimated start there, recomputed here by a
+  reference implementation on a copy of the ledger; the heads ``explain`` names are those ``admit`` held for;
 * every waiting claim is explained once, with one reason and positions 1..n (and 1..k per product).
 
 And an adversarial stream of quarter slices that keeps every card partly busy starves a whole
-card under ``best-effort-fifo`` but not under the default aging guard.
+card under ``best-effort-fifo`` but not under the default aging guard; with several nodes the
+guard drains one node for it while the stream keeps filling the others.
 """
 
 from __future__ import annotations
@@ -109,6 +112,8 @@ class Harness:
     admitted: list[str] = field(default_factory=list)
     counter: int = 0
     starving_admitted: int = 0  # how often a guard head was later admitted (the test reaches that case)
+    targets: dict[str, str] = field(default_factory=dict)  # the drain targets after the last step
+    backfilled: int = 0  # admissions onto a drain target (the test reaches that case)
 
     def __post_init__(self) -> None:
         for i in range(2):
@@ -195,6 +200,7 @@ class Harness:
             self.admitted.append(a.claim)
             self.starving_admitted += a.claim in starving
         self.check_explain()
+        self.targets = self.queue.drain_targets()
         return admissions
 
     def check_entitlements(self, admissions: list[Admission], before: dict[str, WaitingClaim]) -> None:
@@ -236,27 +242,41 @@ class Harness:
 
     def check_bounded_wait(self, admissions: list[Admission], starving: list[str], keys: dict[str, Key],
                            before: dict[str, WaitingClaim]) -> None:
+        targets = self.queue.drain_targets()
+        for head, node in targets.items():
+            assert head in self.waiting and head in starving, f"{head} holds {node} without starving"
+            if head in self.targets:
+                assert self.targets[head] == node, f"{head} changed its drain target while waiting"
+        assert len(set(targets.values())) == len(targets), "two heads hold the same node"
         admitted = {a.claim for a in admissions}
         left = sorted((n for n in starving if n not in admitted), key=lambda n: keys[n])
-        if not left:
-            return
-        head = left[0]
-        behind = [a for a in admissions if keys[a.claim] > keys[head]]
-        if not behind:
-            return
-        est = self.reference_start(before[head].request, behind, admissions)
-        for a in behind:
-            limit = before[a.claim].time_limit
-            assert limit is not None and est is not None and self.now + limit <= est + 1e-6, \
-                f"{a.claim} overtook the starving {head} without ending before its start ({est})"
-            assert a.backfill
+        if left:
+            first = left[0]
+            assert first in targets, f"the oldest starving claim {first} holds no drain target"
+            ledger = clone(self.ledger)
+            for a in admissions:
+                if keys[a.claim] > keys[first]:
+                    ledger.release(a.claim)
+            assert self.policy.choose(ledger, before[first].request) is None, "a starving head that fits waits"
+        for head, node in targets.items():
+            behind = [a for a in admissions if keys[a.claim] > keys[head] and a.allocation.node == node]
+            if not behind:
+                continue
+            est = self.reference_start(before[head].request, node, behind, admissions)
+            for a in behind:
+                limit = before[a.claim].time_limit
+                assert limit is not None and est is not None and self.now + limit <= est + 1e-6, \
+                    f"{a.claim} was placed on {node}, held for {head}, without ending before its start ({est})"
+                assert a.backfill
+                self.backfilled += 1
 
-    def reference_start(self, r: Request, behind: list[Admission], admissions: list[Admission]) -> float | None:
-        """Earliest declared end after which ``r`` fits, the backfilled claims taken out again."""
+    def reference_start(self, r: Request, node: str, behind: list[Admission],
+                        admissions: list[Admission]) -> float | None:
+        """Earliest declared end after which ``r`` fits on ``node``, the claims placed there behind it taken out."""
         ledger = clone(self.ledger)
         for a in behind:
             ledger.release(a.claim)
-        assert self.policy.choose(ledger, r) is None, "a starving head that fits was not admitted"
+        assert self.policy.choose(ledger, r, [node]) is None, "a head that fits its target was not admitted"
         ends = [(run.started + run.limit, n) for n, run in self.running.items() if run.limit is not None]
         skip = {a.claim for a in behind}
         ends += [(self.now + self.waiting[a.claim].time_limit, a.claim) for a in admissions  # type: ignore[operator]
@@ -264,7 +284,7 @@ class Harness:
         for end, name in sorted(ends):
             if name in ledger.allocations:
                 ledger.release(name)
-            if self.policy.choose(ledger, r) is not None:
+            if self.policy.choose(ledger, r, [node]) is not None:
                 return max(end, self.now)
         return None
 
@@ -279,6 +299,12 @@ class Harness:
         for positions in per_product.values():
             assert positions == list(range(1, len(positions) + 1))
         slices, milli = self.usage()
+        targets = self.queue.drain_targets()
+        held = set(targets.values())
+        outside = [n for n in self.ledger.nodes if n not in held]
+        if self.admission == AGING_GUARD:
+            heads = {e.claim for e in explained if e.reason == WAITING_FOR_RESERVATION}
+            assert heads == set(targets), f"explain names heads {heads}, admit held nodes for {set(targets)}"
         for e in explained:
             c = self.waiting[e.claim]
             assert e.reason in REASONS and e.reason != ADMISSIBLE, f"{e.claim}: {e.reason} after a step"
@@ -290,12 +316,20 @@ class Harness:
             assert (e.reason == UNSATISFIABLE) == (not holdable)
             if holdable:
                 assert (e.reason == QUOTA_EXCEEDED) == (not allowed)
+            fits_outside = self.policy.choose(self.ledger, c.request, outside) is not None
             if e.reason in (NO_CAPACITY, WAITING_FOR_RESERVATION):
-                assert not fits, f"{e.claim} waits for capacity while a slice it fits is free"
+                assert not fits_outside, f"{e.claim} waits for capacity while a slice it fits is free"
+            if e.reason == NO_CAPACITY and self.admission != AGING_GUARD:
+                assert not fits
             if e.reason == BLOCKED_BY_HEAD_OF_LINE:
                 assert fits and self.admission != BEST_EFFORT_FIFO
+                if self.admission == AGING_GUARD:
+                    assert not fits_outside, f"{e.claim} is held back though it fits off every drain target"
+                    assert any(f"holding node {n} for the head of the line" in e.message for n in held
+                               if self.policy.choose(self.ledger, c.request, [n]) is not None)
             if e.reason == WAITING_FOR_RESERVATION:
                 assert self.admission == AGING_GUARD and self.now - c.arrived_at > AGE_LIMIT
+                assert f"holding node {targets[e.claim]} for it" in e.message
 
 
 quota = st.one_of(
@@ -343,10 +377,12 @@ busy = st.integers(0, 9).flatmap(lambda i: busy_arrive if i < 5 else st.one_of(
 
 
 @settings(max_examples=120, deadline=None)
-@given(events=st.lists(busy, min_size=20, max_size=80))
-def test_aging_guard_never_lets_a_claim_overtake_a_starving_head(events: list[tuple[object, ...]]) -> None:
+@given(extra=st.integers(0, 6), events=st.lists(busy, min_size=20, max_size=80))
+def test_aging_guard_never_places_a_younger_claim_on_a_starving_heads_target(
+        extra: int, events: list[tuple[object, ...]]) -> None:
     h = Harness(AGING_GUARD)
-    h.ledger.add_node("n2", [("n2-g0", V100, 32768), ("n2-g1", V100, 32768)])
+    for i in range(2, 3 + extra):  # 3 to 9 nodes: from one drain target to two
+        h.ledger.add_node(f"n{i}", [(f"n{i}-g0", V100, 32768), (f"n{i}-g1", V100, 32768)])
     for op in events:
         h.apply(op)
         h.step()
