@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import statistics
 import threading
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,7 +63,6 @@ class _GpuState:
     containers: dict[HolderKey, set[str]] = field(default_factory=dict)
     contexts: dict[HolderKey, int] = field(default_factory=dict)
     pid_holder: dict[int, HolderKey] = field(default_factory=dict)
-    refs: list[ContainerRef] = field(default_factory=list)
     memory: dict[HolderKey, int | None] = field(default_factory=dict)
     since_us: int = 0
     last_stamp_us: int | None = None
@@ -110,10 +109,8 @@ class Agent:
         self.watchdog = MemoryWatchdog(backend, self.attributor.owner, killer, events, clock)
         self.gpus: dict[str, _GpuState] = {}
         self.kills: list[Kill] = []
-        self.kills_by_holder: dict[HolderKey, int] = {}
         self.nvml_errors = 0
         self.failed_streak = 0
-        self.last_good_scan: float | None = None
         self.recovered: list[FreezeTarget] = []
         self._next_watch = 0.0
         self._next_slot = 0.0
@@ -171,6 +168,7 @@ class Agent:
     def _watch(self, now: float) -> None:
         scans = self.watchdog.check(list(self.gpus))
         live: set[tuple[int, int]] = set()
+        seen: set[str] = set()
         all_ok = True
         for scan in scans:
             state = self.gpus[scan.gpu]
@@ -183,20 +181,17 @@ class Agent:
             self._update_members(state, scan)
             for usage in scan.holders.values():
                 live.update((o.pid, o.start_time) for o, _ in usage.processes)
-            for kill in scan.kills:
-                self.kills.append(kill)
-                self.kills_by_holder[kill.holder.key] = self.kills_by_holder.get(kill.holder.key, 0) + 1
+                seen.update(o.container.container_id for o, _ in usage.processes)
+            self.kills += scan.kills
         self.resolver.retain(live)
         if all_ok:
             self.failed_streak = 0
-            self.last_good_scan = now
-            seen = {r.container_id for st in self.gpus.values() for r in st.refs}
+            # Every GPU was scanned: a cached target whose container is on none of them is dropped.
             self._targets = {cid: t for cid, t in self._targets.items() if cid in seen}
         else:
             self.failed_streak += 1
 
     def _update_members(self, state: _GpuState, scan: GpuScan) -> None:
-        state.refs = [o.container for usage in scan.holders.values() for o, _ in usage.processes]
         state.members = {key: usage.holder for key, usage in scan.holders.items()}
         state.memory = {key: usage.used_bytes for key, usage in scan.holders.items()}
         state.contexts = {key: len(usage.processes) for key, usage in scan.holders.items()}
@@ -293,6 +288,7 @@ class Agent:
         now = self.clock.now() if now is None else now
         out: list[HolderStatus] = []
         with self._lock:
+            kills = Counter(kill.holder.key for kill in self.kills)
             for state in self.gpus.values():
                 views = state.pacer.views(now)
                 for key, holder in sorted(state.members.items(), key=lambda kv: kv[1].name):
@@ -303,7 +299,7 @@ class Agent:
                             containers=tuple(sorted(state.containers.get(key, set()))),
                             memory_bytes=state.memory.get(key),
                             pacing=views.get(key),
-                            kills=self.kills_by_holder.get(key, 0),
+                            kills=kills[key],
                         )
                     )
         return out

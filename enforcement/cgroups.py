@@ -124,9 +124,7 @@ def read_start_time(proc_root: Path, pid: int) -> int | None:
     """The start time of ``pid`` under ``proc_root``, or None if there is no such process."""
     try:
         return parse_start_time((proc_root / str(pid) / "stat").read_text())
-    except (FileNotFoundError, ProcessLookupError, NotADirectoryError):
-        return None
-    except OSError:
+    except OSError:  # gone, never there, or unreadable: no process to speak of
         return None
 
 

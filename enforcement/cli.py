@@ -29,21 +29,22 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"), default)
 
 
-def _positive(text: str) -> float:
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def _positive(text: str) -> float:
+    value = _number(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value
 
 
 def _non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} must be >= 0")
     return value

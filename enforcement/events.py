@@ -31,6 +31,11 @@ class PodEvent:
     message: str
     type: str = "Warning"
 
+    @staticmethod
+    def about(holder: SliceHolder, reason: str, message: str) -> PodEvent:
+        """A Warning event on the pod that holds ``holder``."""
+        return PodEvent(holder.namespace, holder.pod, holder.pod_uid, reason, message)
+
 
 class EventSink(Protocol):
     def emit(self, holder: SliceHolder, reason: str, message: str) -> None: ...
@@ -43,7 +48,7 @@ class RecordingEventSink:
         self.events: list[PodEvent] = []
 
     def emit(self, holder: SliceHolder, reason: str, message: str) -> None:
-        self.events.append(PodEvent(holder.namespace, holder.pod, holder.pod_uid, reason, message))
+        self.events.append(PodEvent.about(holder, reason, message))
 
 
 class KubeEventSink:
@@ -59,7 +64,7 @@ class KubeEventSink:
 
     def emit(self, holder: SliceHolder, reason: str, message: str) -> None:
         try:
-            self._queue.put_nowait(PodEvent(holder.namespace, holder.pod, holder.pod_uid, reason, message))
+            self._queue.put_nowait(PodEvent.about(holder, reason, message))
         except queue.Full:
             self.dropped += 1  # the kill itself is counted in metrics; an event is best effort
 

@@ -222,8 +222,9 @@ class FreezeController:
         to_thaw = self.frozen - want
         if to_freeze - self.journaled:
             keep = self.journaled if len(self.journaled) < self.compact_above else self.frozen
-            self.journal.save(keep | self.frozen | to_freeze)
-            self.journaled = keep | self.frozen | to_freeze
+            on_file = keep | self.frozen | to_freeze
+            self.journal.save(on_file)
+            self.journaled = on_file  # only once saved: a failed save leaves the next apply to retry it
         for target in sorted(to_freeze):
             try:
                 self.freezer.set_frozen(target, True)

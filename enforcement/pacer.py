@@ -132,7 +132,6 @@ class _Holder:
     frozen_since: float | None = None
     frozen_total: float = 0.0
     target: float = 0.0
-    forgiven: float = 0.0
     confirmed_at: float = 0.0
     acc_used: float = 0.0
     acc_thawed: float = 0.0
@@ -311,7 +310,6 @@ class GpuPacer(Generic[K]):
                     overflow += h.bucket - h.burst
                 h.bucket = h.burst
             elif h.bucket < -h.burst:
-                h.forgiven += -h.burst - h.bucket
                 h.bucket = -h.burst
         takers = [k for k in keys if not self.holders[k].limited and self.holders[k].bucket < self.holders[k].burst]
         weight = sum(self.holders[k].weight for k in takers)
@@ -377,9 +375,6 @@ class GpuPacer(Generic[K]):
             key=repr,
         )
 
-    def _demand_cap(self, h: _Holder) -> float:
-        return h.fill
-
     def _pending(self, k: K) -> float:
         """Predicted bucket change over the slots decided but not yet measured."""
         change = 0.0
@@ -398,7 +393,7 @@ class GpuPacer(Generic[K]):
         active = self._active(now)
         unpaced_busy = any(not self.holders[k].paced for k in active)
         if len(active) <= 1 or unpaced_busy:
-            return self._record(now, frozenset(), {}, active)
+            return self._record(now, frozenset(), {})
         caps = {
             k: 1.0 if not h.limited else min(1.0, h.demand * (1 + p.margin) + p.headroom)
             for k in active
@@ -417,13 +412,13 @@ class GpuPacer(Generic[K]):
             if now < h.grace_until or credit[k] > 0 or overdue:
                 thaw.add(k)
         # Work conservation: the thawed holders must be able to use the whole GPU between them.
-        while sum(self._demand_cap(self.holders[k]) for k in thaw) < 1 - _EPS and len(thaw) < len(active):
+        while sum(self.holders[k].fill for k in thaw) < 1 - _EPS and len(thaw) < len(active):
             rest = [k for k in active if k not in thaw]
             thaw.add(max(rest, key=lambda k: credit[k] / self.holders[k].weight))
         frozen = frozenset(k for k in active if k not in thaw)
-        return self._record(now, frozen, share, active)
+        return self._record(now, frozen, share)
 
-    def _record(self, now: float, frozen: frozenset[K], share: dict[K, float], active: list[K]) -> frozenset[K]:
+    def _record(self, now: float, frozen: frozenset[K], share: dict[K, float]) -> frozenset[K]:
         p = self.params
         # A frozen holder's queue may drain for longer than a slot: count it as contending throughout.
         frozen_contexts = sum(self.holders[k].contexts for k in frozen)
@@ -443,7 +438,7 @@ class GpuPacer(Generic[K]):
             if k not in frozen and (h.last_active is None or now - h.last_active <= window)
         ]
         contexts = {k: float(self.holders[k].contexts) for k in running}
-        pred = waterfill(contexts, {k: self._demand_cap(self.holders[k]) for k in running})
+        pred = waterfill(contexts, {k: self.holders[k].fill for k in running})
         self.log.append(
             _Slot(now, now + p.slot_s, thawed, bool(frozen), int(sum(contexts.values())) + frozen_contexts, share, pred)
         )
@@ -453,7 +448,7 @@ class GpuPacer(Generic[K]):
     def fail_open(self, now: float, members: Mapping[K, Member]) -> frozenset[K]:
         """Measurements failed: thaw everyone for this slot (compute pacing fails open)."""
         self._sync(now, members)
-        return self._record(now, frozenset(), {}, [])
+        return self._record(now, frozenset(), {})
 
     # --- reporting -----------------------------------------------------------------------------
     def views(self, now: float) -> dict[K, HolderView]:

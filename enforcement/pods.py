@@ -283,10 +283,8 @@ class PodWatch:
     def pump(self, resource_version: str) -> str:
         """Apply one watch's events (until it ends); returns the last resource version seen."""
         for kind, pod in self.source.watch_pods(resource_version, self.watch_timeout_s):
-            if kind == "BOOKMARK":
-                resource_version = str(_get(pod, "metadata", "resourceVersion") or resource_version)
-                continue
-            self.index.apply(kind, pod)
+            if kind != "BOOKMARK":
+                self.index.apply(kind, pod)
             resource_version = str(_get(pod, "metadata", "resourceVersion") or resource_version)
         return resource_version
 

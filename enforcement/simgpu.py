@@ -288,6 +288,12 @@ class FakeNVML:
                 raise pynvml.NVMLError(fault.code)
         return gpu
 
+    def _device(self, call: str, handle: Any) -> SimGPU:
+        """:meth:`_enter` for a call on one GPU: the GPU its handle names."""
+        gpu = self._enter(call, handle)
+        assert gpu is not None  # a valid handle always names a GPU (an invalid one has raised)
+        return gpu
+
     def _memory_unknown(self, gpu: SimGPU) -> bool:
         now = self.clock.now()
         return any(
@@ -315,24 +321,18 @@ class FakeNVML:
         return _Handle(index)
 
     def nvmlDeviceGetUUID(self, handle: _Handle) -> str:
-        gpu = self._enter("nvmlDeviceGetUUID", handle)
-        assert gpu is not None
-        return gpu.uuid
+        return self._device("nvmlDeviceGetUUID", handle).uuid
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
-        gpu = self._enter("nvmlDeviceGetName", handle)
-        assert gpu is not None
-        return gpu.name
+        return self._device("nvmlDeviceGetName", handle).name
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> _Memory:
-        gpu = self._enter("nvmlDeviceGetMemoryInfo", handle)
-        assert gpu is not None
+        gpu = self._device("nvmlDeviceGetMemoryInfo", handle)
         used = min(gpu.memory_total, gpu.memory_used(self.clock.now()))
         return _Memory(gpu.memory_total, gpu.memory_total - used, used)
 
     def _processes(self, call: str, handle: _Handle) -> list[_ProcessInfo]:
-        gpu = self._enter(call, handle)
-        assert gpu is not None
+        gpu = self._device(call, handle)
         now, unknown = self.clock.now(), self._memory_unknown(gpu)
         return [_ProcessInfo(p.pid, None if unknown else p.memory_at(now)) for p in gpu.processes if p.alive]
 
@@ -355,14 +355,12 @@ class FakeNVML:
             ) from None
 
     def nvmlDeviceGetProcessUtilization(self, handle: _Handle, timeStamp: int) -> list[_Sample]:
-        gpu = self._enter("nvmlDeviceGetProcessUtilization", handle)
-        assert gpu is not None
+        gpu = self._device("nvmlDeviceGetProcessUtilization", handle)
         samples = gpu.visible_samples(self.clock.now(), int(timeStamp))
         if not samples:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_FOUND)
         return samples
 
     def nvmlDeviceGetUtilizationRates(self, handle: _Handle) -> _Utilization:
-        gpu = self._enter("nvmlDeviceGetUtilizationRates", handle)
-        assert gpu is not None
+        gpu = self._device("nvmlDeviceGetUtilizationRates", handle)
         return _Utilization(gpu.gpu_util(self.clock.now()))

@@ -262,15 +262,16 @@ class SimNode:
 
     def share(self, name: str, t0: float, t1: float) -> float:
         """Fraction of the GPU the container used between t0 and t1 (ground truth)."""
-        series = self.containers[name].gpu_time
-        i0, i1 = self.tick_index(t0), self.tick_index(t1)
-        return (series[i1] - series[i0]) / max(t1 - t0, 1e-9)
+        return self._rate(self.containers[name].gpu_time, t0, t1)
 
     def gpu_share_busy(self, gpu_index: int, t0: float, t1: float) -> float:
         """Fraction of time the GPU was busy between t0 and t1 (ground truth)."""
-        series = self.gpu_busy[gpu_index]
+        return self._rate(self.gpu_busy[gpu_index], t0, t1)
+
+    def _rate(self, cumulative: list[float], t0: float, t1: float) -> float:
+        """Growth per second of a per-tick cumulative series between t0 and t1."""
         i0, i1 = self.tick_index(t0), self.tick_index(t1)
-        return (series[i1] - series[i0]) / max(t1 - t0, 1e-9)
+        return (cumulative[i1] - cumulative[i0]) / max(t1 - t0, 1e-9)
 
     def frozen_intervals(self, name: str) -> list[tuple[float, float]]:
         """Closed freeze intervals plus the one still open (ending now)."""
