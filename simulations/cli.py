@@ -8,212 +8,43 @@ Exit status: 0 done, 2 bad usage or bad input (the message names the file and li
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packing.policies import DEFAULT_POLICY, POLICIES
 from packing.products import Catalog, CatalogError, Request, load_catalog
-from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_AGE_LIMIT
-from simulations import metrics, protocol_a, protocol_b, registry, report
-from simulations.cluster import DEFAULT_CARD_LABEL, CardModel, ClusterError, card_model_for, card_nodes
+from simulations import metrics, protocol_a, protocol_b, report
+from simulations.cluster import CardModel, ClusterError, card_model_for, card_nodes
 from simulations.engine import EngineConfig, EngineError
+from simulations.inputs import Inputs, job_pool, load_inputs
+from simulations.options import (
+    UsageError,
+    chosen_admissions,
+    chosen_policies,
+    output_options,
+    output_paths,
+    parse_cap,
+    parse_duration,
+    parse_rho,
+    parse_seeds,
+    positive_int,
+    queue_options,
+    scheduler_options,
+    workload_options,
+)
 from simulations.progress import Progress
-from simulations.scheduler import SCORES, TIES, SchedulerError, SchedulerModel
+from simulations.scheduler import SchedulerError, SchedulerModel
 from simulations.sizing import SizingError, lower_bound_cards, smallest_cards
 from simulations.synthetic import SyntheticError, SyntheticSpec, generate
-from simulations.traces import (
-    Job,
-    NodeSpec,
-    OpenbPod,
-    ReadReport,
-    TraceError,
-    read_jobs,
-    read_openb_nodes,
-    read_openb_pods,
-)
-from simulations.workload import DEFAULT_RUNTIME_CAP_S, ROUNDINGS, RuntimeCap, WorkloadError, job_request, openb_jobs
+from simulations.traces import NodeSpec, TraceError
+from simulations.workload import WorkloadError, job_request
+
+__all__ = ["UsageError", "parse_cap", "parse_duration", "parse_rho", "parse_seeds", "plan_main", "simulate_main"]
 
 PLAN_JOBS = 5000  # per seed and card count: the search runs the workload a dozen times
-_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _ERRORS = (TraceError, CatalogError, ClusterError, EngineError, SchedulerError, SyntheticError, WorkloadError,
            SizingError, protocol_b.ProtocolBError, ValueError)
-
-
-class UsageError(ValueError):
-    """Bad command-line usage (mutually exclusive or missing options)."""
-
-
-# ---- argument parsing ------------------------------------------------------------------------------
-
-
-def parse_seeds(text: str) -> tuple[int, ...]:
-    """``42-51``, ``1,2,5`` or ``7``; ranges inclusive."""
-    seeds: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        m = re.fullmatch(r"(-?\d+)-(-?\d+)", part)
-        try:
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if hi < lo:
-                    raise ValueError
-                seeds.extend(range(lo, hi + 1))
-            else:
-                seeds.append(int(part))
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"seeds must look like 42-51 or 1,2,3, got {text!r}") from None
-    if not seeds:
-        raise argparse.ArgumentTypeError("no seeds given")
-    return tuple(seeds)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds, or a number with a unit: 90s, 15m, 2h, 2d."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"duration must look like 3600, 90s, 15m, 2h or 2d, got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
-
-
-def parse_cap(text: str) -> float | None:
-    return None if text.strip().lower() in ("none", "off", "0") else parse_duration(text)
-
-
-def parse_rho(text: str) -> float | None:
-    if text.strip().lower() in ("none", "trace", "keep"):
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"offered load must be a number or 'none', got {text!r}") from None
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"offered load must be positive, got {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _workload_options(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("workload (default: the built-in synthetic workload)")
-    g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
-    g.add_argument("--pods", metavar="PODS.csv", help="openb pod list (openb_pod_list_*.csv)")
-    g.add_argument("--trace", metavar="JOBS", help="our own trace format, CSV or .jsonl (see simulations/README.md)")
-    g.add_argument("--bad-rows", choices=("error", "skip"), default="error",
-                   help="a bad row stops with file:line (error, default) or is skipped and counted (skip)")
-    g.add_argument("--catalog", metavar="TOML", help="product catalog (default: the built-in V100 catalog)")
-    g.add_argument("--card-model", default=DEFAULT_CARD_LABEL,
-                   help=f"GPU label every card gets when requests are slices (default {DEFAULT_CARD_LABEL})")
-    g.add_argument("--rounding", choices=ROUNDINGS, help="free-form milli (none) or rounded up to catalog slices "
-                   "(slices); default: none for protocol A, slices for B")
-    g.add_argument("--jobs", type=_positive_int, help="jobs to generate or resample (protocol B, plan)")
-    g.add_argument("--runtime-cap", type=parse_cap, default=DEFAULT_RUNTIME_CAP_S, metavar="DUR",
-                   help="cap runtimes (the openb tail is truncated at the trace's end); 'none' to keep (default 2d)")
-    g.add_argument("--never-ran", choices=("drop", "sample"), default="drop",
-                   help="openb pods never scheduled: drop them, or sample a runtime (default drop)")
-
-
-def _scheduler_options(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("placement and the path through kube-scheduler")
-    g.add_argument("--policy", default=DEFAULT_POLICY,
-                   help=f"placement policy, or several comma-separated (default {DEFAULT_POLICY}); "
-                   "one of: " + ", ".join(registry.policy_names()))
-    g.add_argument("--ties", choices=TIES, default="stable",
-                   help="node-score ties: per-seed fixed node order (stable, FGD's artifact) or random (upstream)")
-    g.add_argument("--scores", choices=SCORES, default="exact",
-                   help="compare exact keys, or only the extender's 0..10 levels (extender)")
-    g.add_argument("--seeds", type=parse_seeds, help="e.g. 42-51 (default: 42-51 for protocol A, 1-3 for B)")
-
-
-def _queue_options(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("protocol B: queue and load")
-    g.add_argument("--admission", default=AGING_GUARD,
-                   help=f"queue admission policy, or several comma-separated (default {AGING_GUARD}); "
-                   f"one of: {', '.join(ADMISSION_POLICIES)}")
-    g.add_argument("--rho", type=parse_rho, default=0.85, help="target offered load (default 0.85); 'none' keeps "
-                   "the workload's own timing")
-    g.add_argument("--arrivals", choices=protocol_b.ARRIVALS, default="poisson",
-                   help="resample into a Poisson stream (default) or compress the trace's own arrival times")
-    g.add_argument("--cards", type=_positive_int, help="a cluster of N V100 cards, 8 per node, instead of --nodes "
-                   f"(default {protocol_b.DEFAULT_CARDS} without --nodes)")
-    g.add_argument("--host", action="store_true", help="track node CPU/RAM in protocol B (default: GPU only)")
-    g.add_argument("--max-job-cards", type=_positive_int, metavar="N",
-                   help="drop jobs asking for more than N cards (reported); e.g. 1 for single-card jobs only")
-    g.add_argument("--age-limit", type=parse_duration, default=DEFAULT_AGE_LIMIT, metavar="DUR",
-                   help="aging guard's T (default 60m)")
-    g.add_argument("--sla", type=parse_duration, default=metrics.DEFAULT_SLA_S, metavar="DUR",
-                   help="waits above this count as starvation (default 60m)")
-    g.add_argument("--reservation-ttl", type=parse_duration, metavar="DUR",
-                   help="admission reserves for this long instead of committing at once")
-    g.add_argument("--bind-delay", type=parse_duration, default=0.0, metavar="DUR",
-                   help="admission to bind (needs --reservation-ttl; a longer delay lets reservations lapse)")
-    g.add_argument("--declare-limits", action="store_true",
-                   help="jobs declare their runtime as an enforced limit (lets the aging guard backfill)")
-
-
-def _output_options(ap: argparse.ArgumentParser) -> None:
-    g = ap.add_argument_group("output")
-    g.add_argument("--json", metavar="PATH", help="write the results as JSON")
-    g.add_argument("--csv", metavar="PATH", help="write the results table as CSV")
-    g.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
-    g.add_argument("--out", metavar="DIR", help="write results.json, results.csv and the plots into DIR")
-    g.add_argument("--progress", action="store_true", help="progress bar on stderr even when not a terminal")
-
-
-# ---- workload loading ------------------------------------------------------------------------------
-
-
-@dataclass
-class Inputs:
-    """What the command reads: openb nodes/pods, our own trace, or nothing (built-in)."""
-
-    kind: str  # "openb", "trace" or "builtin"
-    description: str
-    nodes: list[NodeSpec] | None = None
-    pods: list[OpenbPod] | None = None
-    jobs: list[Job] | None = None
-    reports: list[ReadReport] = field(default_factory=list)
-
-    def skipped(self) -> dict[str, int]:
-        return {r.path: r.skipped for r in self.reports if r.skipped}
-
-
-def load_inputs(args: argparse.Namespace) -> Inputs:
-    strict = args.bad_rows == "error"
-    if args.pods and args.trace:
-        raise UsageError("give either --pods (openb) or --trace (our format), not both")
-    inputs = Inputs("builtin", "built-in synthetic workload")
-    if args.nodes:
-        nodes, rep = read_openb_nodes(args.nodes, strict)
-        inputs.nodes = nodes
-        inputs.reports.append(rep)
-        if not nodes:
-            raise UsageError(f"{args.nodes}: no usable nodes")
-    if args.pods:
-        pods, rep = read_openb_pods(args.pods, strict)
-        inputs.kind, inputs.description, inputs.pods = "openb", Path(args.pods).name, pods
-        inputs.reports.append(rep)
-        if not pods:
-            raise UsageError(f"{args.pods}: no usable pods")
-    elif args.trace:
-        jobs, rep = read_jobs(args.trace, strict)
-        inputs.kind, inputs.description, inputs.jobs = "trace", Path(args.trace).name, jobs
-        inputs.reports.append(rep)
-        if not jobs:
-            raise UsageError(f"{args.trace}: no usable jobs")
-    return inputs
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
@@ -222,57 +53,6 @@ def _catalog(args: argparse.Namespace) -> Catalog:
 
 def _model(args: argparse.Namespace) -> SchedulerModel:
     return SchedulerModel(ties=args.ties, scores=args.scores)
-
-
-def _names(text: str, known: Sequence[str], what: str) -> list[str]:
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if not names:
-        raise UsageError(f"no {what} given")
-    for n in names:
-        if n not in known:
-            raise UsageError(f"unknown {what} {n!r}; choose one of {', '.join(known)}")
-    return names
-
-
-def _policies(args: argparse.Namespace) -> list[str]:
-    if getattr(args, "compare", False):
-        return list(POLICIES)
-    return _names(args.policy, list(POLICIES), "policy")
-
-
-def _admissions(args: argparse.Namespace) -> list[str]:
-    if getattr(args, "compare", False):
-        return list(ADMISSION_POLICIES)
-    return _names(args.admission, ADMISSION_POLICIES, "admission policy")
-
-
-def _outputs(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:
-    json_path, csv_path, plots = args.json, args.csv, args.plots
-    if args.out:
-        out = Path(args.out)
-        json_path = json_path or str(out / "results.json")
-        csv_path = csv_path or str(out / "results.csv")
-        plots = plots or str(out)
-    return json_path, csv_path, plots
-
-
-def _cap_jobs(jobs: Sequence[Job], cap_s: float | None) -> tuple[list[Job], RuntimeCap]:
-    """Our own trace's runtimes, capped like openb's (reported the same way)."""
-    from dataclasses import replace
-
-    out: list[Job] = []
-    capped = 0
-    raw = kept = 0.0
-    for j in jobs:
-        if j.duration is None:
-            out.append(j)
-            continue
-        d = j.duration if cap_s is None else min(j.duration, cap_s)
-        capped += d < j.duration
-        raw += j.duration * j.demand_milli / 1000
-        kept += d * j.demand_milli / 1000
-        out.append(replace(j, duration=d))
-    return out, RuntimeCap(cap_s, len(jobs), len(out), 0, 0, capped, raw, kept)
 
 
 # ---- simulate --------------------------------------------------------------------------------------
@@ -293,23 +73,32 @@ def simulate_main(argv: Sequence[str]) -> int:
                     help="every placement policy (and in B every admission policy) side by side")
     ap.add_argument("--inflation", type=float, default=protocol_a.DEFAULT_INFLATION,
                     help="protocol A: workload inflated to this multiple of GPU capacity (default 1.3)")
-    _workload_options(ap)
-    _scheduler_options(ap)
-    _queue_options(ap)
-    _output_options(ap)
+    workload_options(ap)
+    scheduler_options(ap)
+    queue_options(ap)
+    output_options(ap)
     args = ap.parse_args(list(argv))
-    try:
+
+    def run() -> int:
         inputs = load_inputs(args)
         protocol = args.protocol or ("a" if inputs.kind == "openb" else "b")
         if protocol == "a":
             return _simulate_a(args, inputs)
         return _simulate_b(args, inputs)
+
+    return _guarded(ap, run)
+
+
+def _guarded(ap: argparse.ArgumentParser, run: Callable[[], int]) -> int:
+    """``run()``'s exit status, or 2 with the message on stderr (and the usage line for bad usage)."""
+    try:
+        return run()
     except UsageError as e:
         ap.print_usage(sys.stderr)
-        print(f"gpuslice simulate: error: {e}", file=sys.stderr)
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
     except _ERRORS as e:
-        print(f"gpuslice simulate: error: {e}", file=sys.stderr)
+        print(f"{ap.prog}: error: {e}", file=sys.stderr)
         return 2
 
 
@@ -335,8 +124,8 @@ def _simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
     nodes, requests, card = _requests_a(args, inputs, catalog, rounding)
     results: dict[str, dict[str, Any]] = {}
     runs: list[dict[str, Any]] = []
-    policies = _policies(args)
-    bar = Progress("protocol A", True if args.progress else None)
+    policies = chosen_policies(args)
+    bar = _progress(args, "protocol A")
     for k, name in enumerate(policies):
         config = protocol_a.ProtocolAConfig(policy=name, rounding=rounding, model=_model(args),
                                             inflation=args.inflation, track_host=inputs.kind == "openb")
@@ -371,69 +160,42 @@ def _simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
         "published_unallocated_gpu_pct_at_100": published,
         "skipped_rows": inputs.skipped(),
     }
-    json_path, csv_path, plots_dir = _outputs(args)
-    if json_path:
-        report.write_json(json_path, data)
-    if csv_path:
-        report.write_csv(csv_path, report.protocol_a_rows(results))
-    if plots_dir:
+    plots_dir = _write_results(args, data, lambda: report.protocol_a_rows(results))
+    if plots_dir is not None:
         from simulations import plots
 
         plots.allocation_vs_arrived({p: s["curve"] for p, s in results.items()},
-                                    Path(plots_dir) / "allocation_vs_arrived.png",
+                                    plots_dir / "allocation_vs_arrived.png",
                                     f"protocol A: {inputs.description} ({rounding}, ties {args.ties})")
     return 0
 
 
-def _pool_b(args: argparse.Namespace, inputs: Inputs) -> tuple[protocol_b.PoolSource, RuntimeCap | None, str]:
-    """The job pool for protocol B / plan: openb pods with capped runtimes, our trace, or synthetic."""
-    if inputs.kind in ("openb", "trace"):
-        if inputs.kind == "openb":
-            assert inputs.pods is not None
-            jobs, cap = openb_jobs(inputs.pods, args.runtime_cap, args.never_ran)
-        else:
-            assert inputs.jobs is not None
-            jobs, cap = _cap_jobs(inputs.jobs, args.runtime_cap)
-        description = inputs.description
-        if args.max_job_cards is not None:
-            kept = [j for j in jobs if j.count <= args.max_job_cards]
-            description += f", jobs of <= {args.max_job_cards} card(s) ({len(jobs) - len(kept)} larger dropped)"
-            jobs = kept
-        return jobs, cap, description
-    cards = args.cards or protocol_b.DEFAULT_CARDS
-    rho = args.rho if args.rho is not None else 0.85
-    n = args.jobs or 20000
-
-    def synthetic(seed: int) -> list[Job]:
-        return generate(SyntheticSpec(cards=cards, rho=rho, jobs=n, runtime_cap_s=args.runtime_cap or 1e12), seed)
-
-    return synthetic, None, f"built-in synthetic ({n} jobs)"
-
-
-def _engine(args: argparse.Namespace, policy: str, admission: str) -> EngineConfig:
-    return EngineConfig(policy=policy, admission=admission, model=_model(args), age_limit_s=args.age_limit,
-                        reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
-                        declare_limits=args.declare_limits)
+def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: str,
+              rounding: str) -> protocol_b.ProtocolBConfig:
+    """Protocol B's settings from the flags; the built-in workload is generated at --rho, so not rescaled."""
+    engine = EngineConfig(policy=policy, admission=admission, model=_model(args), age_limit_s=args.age_limit,
+                          reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
+                          declare_limits=args.declare_limits)
+    return protocol_b.ProtocolBConfig(engine=engine, rounding=rounding,
+                                      rho=None if inputs.kind == "builtin" else args.rho, arrivals=args.arrivals,
+                                      jobs=args.jobs, sla_s=args.sla)
 
 
 def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     catalog = _catalog(args)
     rounding = args.rounding or "slices"
     seeds = args.seeds or protocol_b.DEFAULT_SEEDS
-    source, cap, description = _pool_b(args, inputs)
-    builtin = inputs.kind == "builtin"
+    source, cap, description = job_pool(args, inputs)
     nodes = inputs.nodes if inputs.nodes is not None and not args.cards else None
     cards = None if nodes is not None else (args.cards or protocol_b.DEFAULT_CARDS)
-    policies = _policies(args)
-    admissions = _admissions(args)
+    policies = chosen_policies(args)
+    admissions = chosen_admissions(args)
     combos = [(p, a) for p in policies for a in admissions]
     results: dict[tuple[str, str], dict[str, Any]] = {}
     sims: dict[str, list[Any]] = {}
-    bar = Progress("protocol B", True if args.progress else None)
+    bar = _progress(args, "protocol B")
     for k, (policy, admission) in enumerate(combos):
-        config = protocol_b.ProtocolBConfig(engine=_engine(args, policy, admission), rounding=rounding,
-                                            rho=None if builtin else args.rho, arrivals=args.arrivals,
-                                            jobs=args.jobs, sla_s=args.sla)
+        config = _config_b(args, inputs, policy, admission, rounding)
         result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, track_host=args.host,
                                 progress=_stepper(bar, k, len(combos)))
         results[(policy, admission)] = result.pooled()
@@ -453,21 +215,16 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         "ties": args.ties,
         "scores": args.scores,
         "seeds": list(seeds),
-        "rho_target": None if builtin else args.rho,
+        "rho_target": None if inputs.kind == "builtin" else args.rho,
         "arrivals": args.arrivals,
         "runtime_cap": cap.as_dict() if cap else {"runtime_cap_s": args.runtime_cap},
         "runs": [{"policy": p, "admission": a, **r} for (p, a), r in results.items()],
         "skipped_rows": inputs.skipped(),
     }
-    json_path, csv_path, plots_dir = _outputs(args)
-    if json_path:
-        report.write_json(json_path, data)
-    if csv_path:
-        report.write_csv(csv_path, report.protocol_b_rows(results))
-    if plots_dir:
+    d = _write_results(args, data, lambda: report.protocol_b_rows(results))
+    if d is not None:
         from simulations import plots
 
-        d = Path(plots_dir)
         plots.wait_cdf(sims, d / "wait_cdf.png", f"waits per product: {description}")
         window = sims[next(iter(sims))][0].window
         plots.utilisation({k: r["utilisation_over_time_pct"] for k, r in
@@ -476,6 +233,22 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         plots.fragmentation(dict(zip(sims, results.values(), strict=True)), d / "fragmentation.png",
                             f"fragmentation: {description}")
     return 0
+
+
+def _write_results(args: argparse.Namespace, data: dict[str, Any],
+                   rows: Callable[[], list[dict[str, Any]]]) -> Path | None:
+    """Write ``--json`` and ``--csv`` (or into ``--out``); the folder for plots, if any were asked for."""
+    json_path, csv_path, plots_dir = output_paths(args)
+    if json_path:
+        report.write_json(json_path, data)
+    if csv_path:
+        report.write_csv(csv_path, rows())
+    return Path(plots_dir) if plots_dir else None
+
+
+def _progress(args: argparse.Namespace, label: str) -> Progress:
+    """A progress bar on stderr: forced on by ``--progress``, else only on a terminal."""
+    return Progress(label, True if args.progress else None)
 
 
 def _stepper(bar: Progress, k: int, parts: int) -> Callable[[int, int], None]:
@@ -514,49 +287,38 @@ def plan_main(argv: Sequence[str]) -> int:
     ap.add_argument("--percentile", type=float, default=95.0, help="wait percentile to hold (default 95)")
     ap.add_argument("--product", default="all",
                     help="product the target applies to: a product name, 'all' jobs (default) or 'each' product")
-    ap.add_argument("--max-cards", type=_positive_int, default=4096, help="give up above this many (default 4096)")
-    ap.add_argument("--ref-cards", type=_positive_int, default=protocol_b.DEFAULT_CARDS,
+    ap.add_argument("--max-cards", type=positive_int, default=4096, help="give up above this many (default 4096)")
+    ap.add_argument("--ref-cards", type=positive_int, default=protocol_b.DEFAULT_CARDS,
                     help="the workload offers --rho to this many cards (default 64)")
-    _workload_options(ap)
-    _scheduler_options(ap)
-    _queue_options(ap)
+    workload_options(ap)
+    scheduler_options(ap)
+    queue_options(ap)
     ap.add_argument("--json", metavar="PATH", help="write the answer and the curve as JSON")
     ap.add_argument("--plot", metavar="PATH", help="write the curve as PNG")
     ap.add_argument("--progress", action="store_true", help="progress on stderr even when not a terminal")
     args = ap.parse_args(list(argv))
-    try:
-        if not 0 <= args.percentile <= 100:
-            raise UsageError(f"--percentile must be within 0..100, got {args.percentile}")
-        return _plan(args)
-    except UsageError as e:
-        ap.print_usage(sys.stderr)
-        print(f"gpuslice plan: error: {e}", file=sys.stderr)
-        return 2
-    except _ERRORS as e:
-        print(f"gpuslice plan: error: {e}", file=sys.stderr)
-        return 2
+    return _guarded(ap, lambda: _plan(args))
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if not 0 <= args.percentile <= 100:
+        raise UsageError(f"--percentile must be within 0..100, got {args.percentile}")
     inputs = load_inputs(args)
     catalog = _catalog(args)
     rounding = args.rounding or "slices"
     seeds = args.seeds or protocol_b.DEFAULT_SEEDS
     args.cards = args.cards or args.ref_cards
     args.jobs = args.jobs or PLAN_JOBS
-    source, _, description = _pool_b(args, inputs)
-    builtin = inputs.kind == "builtin"
-    (policy,), (admission,) = _one(_policies(args), "policy"), _one(_admissions(args), "admission policy")
-    config = protocol_b.ProtocolBConfig(engine=_engine(args, policy, admission), rounding=rounding,
-                                        rho=None if builtin else args.rho, arrivals=args.arrivals,
-                                        jobs=args.jobs, sla_s=args.sla)
+    source, _, description = job_pool(args, inputs)
+    (policy,), (admission,) = _one(chosen_policies(args), "policy"), _one(chosen_admissions(args), "admission policy")
+    config = _config_b(args, inputs, policy, admission, rounding)
     # the workload is fixed (shaped against --ref-cards); only the cluster changes
     workloads = [protocol_b.seed_workload(source, catalog, config, 1000 * args.ref_cards, s) for s in seeds]
     fixed = protocol_b.ProtocolBConfig(engine=config.engine, rounding=rounding, rho=None, sla_s=args.sla)
     work = max(sum(r.total_milli * (j.duration or 0.0) for j, r in zip(jobs, reqs, strict=True))
                / max(1e-9, jobs[-1].arrival - jobs[0].arrival) for jobs, reqs, _ in workloads)
     low = lower_bound_cards(work, 1.0)
-    bar = Progress("plan", True if args.progress else None)
+    bar = _progress(args, "plan")
     evaluated = [0]
 
     def wait_at(cards: int) -> float:

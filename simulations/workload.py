@@ -23,12 +23,6 @@ class WorkloadError(ValueError):
     """A trace row cannot become a request under the chosen catalog and rounding."""
 
 
-def check_rounding(rounding: str) -> str:
-    if rounding not in ROUNDINGS:
-        raise WorkloadError(f"unknown rounding {rounding!r}; choose one of {', '.join(ROUNDINGS)}")
-    return rounding
-
-
 def _rounded(catalog: Catalog, milli: int, count: int, cpu: int, mem: int, model: str | None) -> Request:
     product = catalog.round_up(milli, model)
     if product is None:

@@ -1,0 +1,186 @@
+"""Command-line options shared by ``gpuslice simulate`` and ``gpuslice plan``: value parsers and option groups."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from packing.policies import DEFAULT_POLICY, POLICIES
+from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_AGE_LIMIT
+from simulations import metrics, protocol_b, registry
+from simulations.cluster import DEFAULT_CARD_LABEL
+from simulations.scheduler import SCORES, TIES
+from simulations.workload import DEFAULT_RUNTIME_CAP_S, ROUNDINGS
+
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class UsageError(ValueError):
+    """Bad command-line usage (mutually exclusive or missing options)."""
+
+
+def parse_seeds(text: str) -> tuple[int, ...]:
+    """``42-51``, ``1,2,5`` or ``7``; ranges inclusive."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(-?\d+)-(-?\d+)", part)
+        try:
+            if m:
+                lo, hi = int(m.group(1)), int(m.group(2))
+                if hi < lo:
+                    raise ValueError
+                seeds.extend(range(lo, hi + 1))
+            else:
+                seeds.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"seeds must look like 42-51 or 1,2,3, got {text!r}") from None
+    if not seeds:
+        raise argparse.ArgumentTypeError("no seeds given")
+    return tuple(seeds)
+
+
+def parse_duration(text: str) -> float:
+    """Seconds, or a number with a unit: 90s, 15m, 2h, 2d."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"duration must look like 3600, 90s, 15m, 2h or 2d, got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def parse_cap(text: str) -> float | None:
+    """A runtime cap, or None for 'none', 'off' or '0'."""
+    return None if text.strip().lower() in ("none", "off", "0") else parse_duration(text)
+
+
+def parse_rho(text: str) -> float | None:
+    """A positive offered load, or None ('none', 'trace', 'keep') to keep the workload's own timing."""
+    if text.strip().lower() in ("none", "trace", "keep"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"offered load must be a number or 'none', got {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"offered load must be positive, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def workload_options(ap: argparse.ArgumentParser) -> None:
+    """Options choosing and shaping the workload."""
+    g = ap.add_argument_group("workload (default: the built-in synthetic workload)")
+    g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
+    g.add_argument("--pods", metavar="PODS.csv", help="openb pod list (openb_pod_list_*.csv)")
+    g.add_argument("--trace", metavar="JOBS", help="our own trace format, CSV or .jsonl (see simulations/README.md)")
+    g.add_argument("--bad-rows", choices=("error", "skip"), default="error",
+                   help="a bad row stops with file:line (error, default) or is skipped and counted (skip)")
+    g.add_argument("--catalog", metavar="TOML", help="product catalog (default: the built-in V100 catalog)")
+    g.add_argument("--card-model", default=DEFAULT_CARD_LABEL,
+                   help=f"GPU label every card gets when requests are slices (default {DEFAULT_CARD_LABEL})")
+    g.add_argument("--rounding", choices=ROUNDINGS, help="free-form milli (none) or rounded up to catalog slices "
+                   "(slices); default: none for protocol A, slices for B")
+    g.add_argument("--jobs", type=positive_int, help="jobs to generate or resample (protocol B, plan)")
+    g.add_argument("--runtime-cap", type=parse_cap, default=DEFAULT_RUNTIME_CAP_S, metavar="DUR",
+                   help="cap runtimes (the openb tail is truncated at the trace's end); 'none' to keep (default 2d)")
+    g.add_argument("--never-ran", choices=("drop", "sample"), default="drop",
+                   help="openb pods never scheduled: drop them, or sample a runtime (default drop)")
+
+
+def scheduler_options(ap: argparse.ArgumentParser) -> None:
+    """Options for placement and the scheduler model."""
+    g = ap.add_argument_group("placement and the path through kube-scheduler")
+    g.add_argument("--policy", default=DEFAULT_POLICY,
+                   help=f"placement policy, or several comma-separated (default {DEFAULT_POLICY}); "
+                   "one of: " + ", ".join(registry.policy_names()))
+    g.add_argument("--ties", choices=TIES, default="stable",
+                   help="node-score ties: per-seed fixed node order (stable, FGD's artifact) or random (upstream)")
+    g.add_argument("--scores", choices=SCORES, default="exact",
+                   help="compare exact keys, or only the extender's 0..10 levels (extender)")
+    g.add_argument("--seeds", type=parse_seeds, help="e.g. 42-51 (default: 42-51 for protocol A, 1-3 for B)")
+
+
+def queue_options(ap: argparse.ArgumentParser) -> None:
+    """Protocol B options: queue admission, load and cluster size."""
+    g = ap.add_argument_group("protocol B: queue and load")
+    g.add_argument("--admission", default=AGING_GUARD,
+                   help=f"queue admission policy, or several comma-separated (default {AGING_GUARD}); "
+                   f"one of: {', '.join(ADMISSION_POLICIES)}")
+    g.add_argument("--rho", type=parse_rho, default=0.85, help="target offered load (default 0.85); 'none' keeps "
+                   "the workload's own timing")
+    g.add_argument("--arrivals", choices=protocol_b.ARRIVALS, default="poisson",
+                   help="resample into a Poisson stream (default) or compress the trace's own arrival times")
+    g.add_argument("--cards", type=positive_int, help="a cluster of N V100 cards, 8 per node, instead of --nodes "
+                   f"(default {protocol_b.DEFAULT_CARDS} without --nodes)")
+    g.add_argument("--host", action="store_true", help="track node CPU/RAM in protocol B (default: GPU only)")
+    g.add_argument("--max-job-cards", type=positive_int, metavar="N",
+                   help="drop jobs asking for more than N cards (reported); e.g. 1 for single-card jobs only")
+    g.add_argument("--age-limit", type=parse_duration, default=DEFAULT_AGE_LIMIT, metavar="DUR",
+                   help="aging guard's T (default 60m)")
+    g.add_argument("--sla", type=parse_duration, default=metrics.DEFAULT_SLA_S, metavar="DUR",
+                   help="waits above this count as starvation (default 60m)")
+    g.add_argument("--reservation-ttl", type=parse_duration, metavar="DUR",
+                   help="admission reserves for this long instead of committing at once")
+    g.add_argument("--bind-delay", type=parse_duration, default=0.0, metavar="DUR",
+                   help="admission to bind (needs --reservation-ttl; a longer delay lets reservations lapse)")
+    g.add_argument("--declare-limits", action="store_true",
+                   help="jobs declare their runtime as an enforced limit (lets the aging guard backfill)")
+
+
+def output_options(ap: argparse.ArgumentParser) -> None:
+    """Where ``simulate`` writes its results."""
+    g = ap.add_argument_group("output")
+    g.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    g.add_argument("--csv", metavar="PATH", help="write the results table as CSV")
+    g.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    g.add_argument("--out", metavar="DIR", help="write results.json, results.csv and the plots into DIR")
+    g.add_argument("--progress", action="store_true", help="progress bar on stderr even when not a terminal")
+
+
+
+def _names(text: str, known: Sequence[str], what: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise UsageError(f"no {what} given")
+    for n in names:
+        if n not in known:
+            raise UsageError(f"unknown {what} {n!r}; choose one of {', '.join(known)}")
+    return names
+
+
+def chosen_policies(args: argparse.Namespace) -> list[str]:
+    """The placement policies asked for (all of them with ``--compare``)."""
+    if getattr(args, "compare", False):
+        return list(POLICIES)
+    return _names(args.policy, list(POLICIES), "policy")
+
+
+def chosen_admissions(args: argparse.Namespace) -> list[str]:
+    """The admission policies asked for (all of them with ``--compare``)."""
+    if getattr(args, "compare", False):
+        return list(ADMISSION_POLICIES)
+    return _names(args.admission, ADMISSION_POLICIES, "admission policy")
+
+
+def output_paths(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:
+    """JSON path, CSV path and plot folder; ``--out DIR`` fills those not given."""
+    json_path, csv_path, plots = args.json, args.csv, args.plots
+    if args.out:
+        out = Path(args.out)
+        json_path = json_path or str(out / "results.json")
+        csv_path = csv_path or str(out / "results.csv")
+        plots = plots or str(out)
+    return json_path, csv_path, plots
