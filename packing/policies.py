@@ -167,12 +167,14 @@ class Policy:
     def choose(self, ledger: Ledger, request: Request, nodes: Collection[str] | None = None) -> Choice | None:
         """The (node, GPUs) this policy wants among ``nodes`` (all nodes when None)."""
         first = self._first_best(ledger, request, nodes)
-        if first is None:
-            return None
-        node = ledger.nodes[first]
+        return None if first is None else self.choice_on(ledger, request, first)
+
+    def choice_on(self, ledger: Ledger, request: Request, node_name: str) -> Choice:
+        """The Choice this policy makes on ``node_name``, a node already known to fit."""
+        node = ledger.nodes[node_name]
         gpus = self.pick_on(ledger, request, node)
         key = self.node_key(ledger, request, node)
-        assert gpus is not None and key is not None, "a best node must fit"
+        assert gpus is not None and key is not None, "a chosen node must fit"
         return Choice(node.name, gpus, key)
 
     def _first_best(self, ledger: Ledger, request: Request, nodes: Collection[str] | None) -> str | None:

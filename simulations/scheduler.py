@@ -271,13 +271,7 @@ class ModelledPolicy(Policy):
         if s is None:
             return plain_policy(self).choose(ledger, request, nodes)
         name = s.choose(request)
-        if name is None:
-            return None
-        node = ledger.nodes[name]
-        gpus = self.pick_on(ledger, request, node)
-        key = self.node_key(ledger, request, node)
-        assert gpus is not None and key is not None, "a chosen node must fit"
-        return Choice(name, gpus, key)
+        return None if name is None else self.choice_on(ledger, request, name)
 
 
 def plain_policy(p: ModelledPolicy) -> Policy:
