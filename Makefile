@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test e2e bench lint typecheck check clean
+.PHONY: demo test e2e bench lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,30 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy packing extender enforcement simulations
+
+## interposer: the in-container memory limiter (C); the last line printed is the library's path
+## (INTERPOSER_FLAVOR=sanitize builds it with ASan + UBSan, as the tests' sanitizer run uses it)
+ifeq ($(origin CC),default)
+CC := gcc
+endif
+INTERPOSER_FLAVOR ?= release
+INTERPOSER_SRC := $(wildcard enforcement/interposer/*.c)
+INTERPOSER_LIB := build/interposer/$(INTERPOSER_FLAVOR)/libgpuslice-limiter.so
+INTERPOSER_WARN := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes
+ifeq ($(INTERPOSER_FLAVOR),sanitize)
+INTERPOSER_OPT := -O1 -foptimize-sibling-calls -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+else
+INTERPOSER_OPT := -O2
+endif
+
+$(INTERPOSER_LIB): $(INTERPOSER_SRC) $(wildcard enforcement/interposer/*.h)
+	mkdir -p $(@D)
+	$(CC) -std=gnu11 $(INTERPOSER_OPT) -g -fPIC -fvisibility=hidden $(INTERPOSER_WARN) -shared \
+		-Wl,-soname,libgpuslice-limiter.so -Wl,-z,defs -Wl,-z,now -o $@.tmp $(INTERPOSER_SRC) -ldl -lpthread
+	mv $@.tmp $@
+
+interposer: $(INTERPOSER_LIB)
+	@echo $(abspath $(INTERPOSER_LIB))
 
 check: lint typecheck test
 
