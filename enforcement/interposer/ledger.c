@@ -3,11 +3,15 @@
  * One small file in GPUSLICE_SLICE_STATE_DIR, mapped shared by every process of the container;
  * one slot per process (pid, start time, bytes per device). Every read-modify-write happens under
  * flock(2) on that file, which the kernel drops when its holder dies, so a crash can never leave
- * the ledger locked; a slot is only ever written by its own process. A process that died without
- * freeing (SIGKILL, OOM killer) leaves a slot behind: whoever next needs the figure (a query, or
- * a charge that would not fit) sweeps slots whose pid is gone, is a zombie, or now belongs to a
- * newer process (another start time), and so takes that share back. The driver frees a dead
- * process's memory at exit, so the sweep only catches the ledger up with the card.
+ * the ledger locked; a slot is only ever written by its own process (or swept, below).
+ *
+ * Liveness is a lock, not a PID: each process holds an open-file-description lock on one byte of
+ * its slot for as long as it lives; the kernel releases it when the process dies however it dies
+ * (SIGKILL, OOM killer), and it means the same in every PID namespace sharing the directory (the
+ * containers of one pod). Whoever next needs the figure (a query, or a charge that would not fit)
+ * sweeps the slots nobody holds, and so takes a dead process's share back. Where the filesystem
+ * has no such locks, the sweep falls back to the PID: gone, a zombie, or reused (another start
+ * time). The driver frees a dead process's memory at exit: the sweep only catches up with it.
  *
  * Without a usable state directory the process is accounted alone against the cap (and says so
  * once on stderr): the slice still gets a cap per process; the agent's watchdog, which sums the
@@ -17,6 +21,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,10 +57,11 @@ static struct {
     pthread_mutex_t mutex; /* flock serialises processes, not the threads sharing one descriptor */
     pid_t pid;             /* the process that opened the ledger: any other is a forked child */
     int fd;                /* -1: private */
+    int byte_locks;        /* the filesystem has OFD locks: liveness by lock, not by PID */
     struct area *area;
     int self;
     uint64_t start_time;
-} L = {PTHREAD_MUTEX_INITIALIZER, 0, -1, NULL, -1, 0};
+} L = {PTHREAD_MUTEX_INITIALIZER, 0, -1, 1, NULL, -1, 0};
 
 static struct area private_area;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
@@ -91,8 +97,26 @@ static uint64_t start_time_of(pid_t pid, char *state)
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
-static int alive(const struct slot *s)
+/* The byte of the ledger file that stands for slot i's owner being alive. */
+static struct flock slot_lock(int i, short type)
 {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)(offsetof(struct area, slot) + (size_t)i * sizeof(struct slot));
+    fl.l_len = 1;
+    return fl;
+}
+
+static int alive(int i)
+{
+    const struct slot *s = &L.area->slot[i];
+    if (L.fd >= 0 && L.byte_locks) {
+        struct flock fl = slot_lock(i, F_WRLCK);
+        if (fcntl(L.fd, F_OFD_GETLK, &fl) == 0)
+            return fl.l_type != F_UNLCK;
+    }
     if (kill(s->pid, 0) != 0 && errno == ESRCH)
         return 0;
     if (L.start_time == 0 || s->start_time == 0)
@@ -197,9 +221,23 @@ static void sweep(void)
 {
     for (int i = 0; i < LEDGER_SLOTS; i++) {
         struct slot *s = &L.area->slot[i];
-        if (i != L.self && s->pid != 0 && !alive(s))
+        if (i != L.self && s->pid != 0 && !alive(i))
             memset(s, 0, sizeof *s);
     }
+}
+
+/* Holds slot i's liveness byte for this process's lifetime; 0 when it is ours now. */
+static int hold(int i)
+{
+    if (L.fd < 0 || !L.byte_locks)
+        return 0;
+    struct flock fl = slot_lock(i, F_WRLCK);
+    if (fcntl(L.fd, F_OFD_SETLK, &fl) == 0)
+        return 0;
+    if (errno == EAGAIN || errno == EACCES)
+        return -1; /* a live process still holds it (its slot was swept by a PID guess) */
+    L.byte_locks = 0; /* no OFD locks on this filesystem: PIDs it is */
+    return 0;
 }
 
 static int claim_self(void)
@@ -207,16 +245,14 @@ static int claim_self(void)
     if (L.self >= 0)
         return L.self;
     struct slot *slots = L.area->slot;
-    for (int i = 0; i < LEDGER_SLOTS; i++)
-        if (slots[i].pid == L.pid && slots[i].start_time == L.start_time) {
+    for (int i = 0; i < LEDGER_SLOTS && L.self < 0; i++)
+        if (slots[i].pid == L.pid && slots[i].start_time == L.start_time && !alive(i) && hold(i) == 0)
             L.self = i; /* our own slot from before an exec: that image's memory went with it */
-            break;
-        }
     for (int pass = 0; pass < 2 && L.self < 0; pass++) {
         if (pass == 1)
             sweep();
         for (int i = 0; i < LEDGER_SLOTS && L.self < 0; i++)
-            if (slots[i].pid == 0)
+            if (slots[i].pid == 0 && hold(i) == 0)
                 L.self = i;
     }
     if (L.self < 0) {
@@ -282,7 +318,7 @@ int ledger_charge(const unsigned char uuid[16], uint64_t bytes, int *device)
     attach(self, dev);
     int ok = fits(total(dev), bytes);
     if (!ok) {
-        sweep(); /* only now: reading /proc for every slot on every allocation would be waste */
+        sweep(); /* only now: a lock query per slot on every allocation would be waste */
         ok = fits(total(dev), bytes);
     }
     if (ok)

@@ -3,6 +3,7 @@ freeing gives its share back, whoever holds its PID next."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import struct
@@ -10,6 +11,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from enforcement.cgroups import read_start_time
 from tests.interposer.conftest import CAP_MIB, CONTEXT_MIB, SOURCES, Node, assert_clean, field_of, lines
@@ -79,8 +82,9 @@ SLOT = struct.Struct("=iIQ16Q")
 FAKE_UUID_0 = bytes([0x5A, 0x1E, 0xC0, 0xDE, 0, 0, 0x4C, 0x0F, 0x9D, 0, 0, 0, 0, 0, 0, 0xA0])  # card.c
 
 
-def _plant_slot(node: Node, pid: int, start_time: int, mib: int) -> None:
-    """A slot as a process that allocated ``mib`` and never freed it would have left."""
+def _plant_slot(node: Node, pid: int, start_time: int, mib: int) -> int:
+    """A slot as a process that allocated ``mib`` and never freed it would have left; its byte
+    offset (the byte its owner holds locked while it lives)."""
     node.state_dir.mkdir(exist_ok=True)
     node.client("totals")  # creates the ledger and names device 0
     path = node.state_dir / "gpuslice-ledger.v1"
@@ -88,23 +92,51 @@ def _plant_slot(node: Node, pid: int, start_time: int, mib: int) -> None:
     magic, version, devices, uuids = HEADER.unpack_from(data)
     assert (magic, version, devices, uuids[:16]) == (b"GPUSLICE", 1, 1, FAKE_UUID_0)
     free_slot = next(i for i in range(128) if SLOT.unpack_from(data, HEADER.size + i * SLOT.size)[0] == 0)
-    SLOT.pack_into(data, HEADER.size + free_slot * SLOT.size, pid, 1, start_time, mib * MIB, *([0] * 15))
+    offset = HEADER.size + free_slot * SLOT.size
+    SLOT.pack_into(data, offset, pid, 1, start_time, mib * MIB, *([0] * 15))
     path.write_bytes(bytes(data))
+    return offset
 
 
-def test_a_reused_pid_does_not_keep_a_dead_share(node: Node) -> None:
-    """A slot whose pid now names another, live process (a newer start time) is stale."""
+def test_a_slot_nobody_holds_is_taken_back(node: Node) -> None:
+    """Liveness is the slot's lock, not its PID: this one names a live process (this one, with
+    its true start time) but no process holds it, as after its owner died and its PID was reused."""
     me = os.getpid()
-    _plant_slot(node, me, read_start_time(Path("/proc"), me) - 1, 7000)
+    _plant_slot(node, me, read_start_time(Path("/proc"), me) or 0, 7000)
     assert _try(node, 3000) == 0
 
 
-def test_a_live_process_share_is_kept(node: Node) -> None:
-    """The control: the same slot with the right start time is a live holder."""
+def test_a_slot_its_owner_holds_is_kept(node: Node) -> None:
+    """The control: the same slot, its byte locked as a live owner keeps it, counts."""
     me = os.getpid()
-    _plant_slot(node, me, read_start_time(Path("/proc"), me), 7000)
-    assert _try(node, 3000) == 2
-    assert _used(node) == 7000
+    offset = _plant_slot(node, me, read_start_time(Path("/proc"), me) or 0, 7000)
+    with open(node.state_dir / "gpuslice-ledger.v1", "r+b") as ledger:
+        lock = struct.pack("hhqqi4x", fcntl.F_WRLCK, os.SEEK_SET, offset, 1, 0)
+        fcntl.fcntl(ledger.fileno(), fcntl.F_OFD_SETLK, lock)
+        assert _try(node, 3000) == 2
+        assert _used(node) == 7000
+    assert _try(node, 3000) == 0  # its owner is gone (the lock went with the descriptor)
+
+
+def test_containers_in_other_pid_namespaces_share_one_ledger(node: Node) -> None:
+    """The containers of a pod share a slice and may share its state directory, each in its own
+    PID namespace: a PID means nothing across them, the slot lock does."""
+    if subprocess.run(["unshare", "-p", "-f", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no permission to create a PID namespace here")
+    a = node.spawn(["unshare", "-p", "-f", "--mount-proc", "--kill-child", str(node.build.client), "hold", "5000"], node.env())
+    try:
+        first = a.stdout.readline() if a.stdout else ""
+        assert "held rc 0" in first, first + (a.stderr.read() if a.stderr else "")
+        assert _try(node, 3000) == 2  # alive, whatever its PID says here
+        assert _used(node) == 5000 + CONTEXT_MIB
+    finally:
+        a.kill()
+        a.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while _used(node) != 0:  # --kill-child: the holder dies with unshare
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert _try(node, 3000) == 0
 
 
 FORK = r"""
