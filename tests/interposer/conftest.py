@@ -26,8 +26,8 @@ CHECK_CLIENT = SOURCES / "check_client.py"
 CAP_MIB = 8192
 CONTEXT_MIB = 768  # the limiter's default context reserve (config.c), for a cap of 8192
 FAKE_CONTEXT_MIB = 300  # what a context takes on the fake card (card.c)
-WARN = "-Wall -Wextra -Werror -Wshadow".split()
-SANITIZE = "-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all".split()
+WARN = ["-Wall", "-Wextra", "-Werror", "-Wshadow"]
+SANITIZE = ["-O1", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:", "UndefinedBehaviorSanitizer")
 
 

@@ -20,15 +20,15 @@ from tests.interposer.conftest import CAP_MIB, CONTEXT_MIB, SOURCES, Node, asser
 MIB = 1 << 20
 
 
-def _hold(node: Node, mib: int, **env: str) -> subprocess.Popen[str]:
-    holder = node.spawn([str(node.build.client), "hold", str(mib)], node.env(**env))
+def _hold(node: Node, mib: int) -> subprocess.Popen[str]:
+    holder = node.spawn([str(node.build.client), "hold", str(mib)], node.env())
     first = holder.stdout.readline() if holder.stdout else ""
     assert f"held rc 0 mib {mib}" in first, first + (holder.stderr.read() if holder.stderr else "")
     return holder
 
 
-def _try(node: Node, mib: int, **env: str) -> int:
-    out = node.client("hold", str(mib), env=node.env(**env))
+def _try(node: Node, mib: int) -> int:
+    out = node.client("hold", str(mib), env=node.env())
     return int(field_of(lines(out, "held")[0], "rc"))
 
 
@@ -123,7 +123,8 @@ def test_containers_in_other_pid_namespaces_share_one_ledger(node: Node) -> None
     PID namespace: a PID means nothing across them, the slot lock does."""
     if subprocess.run(["unshare", "-p", "-f", "true"], capture_output=True).returncode != 0:
         pytest.skip("no permission to create a PID namespace here")
-    a = node.spawn(["unshare", "-p", "-f", "--mount-proc", "--kill-child", str(node.build.client), "hold", "5000"], node.env())
+    pid_namespace = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    a = node.spawn([*pid_namespace, str(node.build.client), "hold", "5000"], node.env())
     try:
         first = a.stdout.readline() if a.stdout else ""
         assert "held rc 0" in first, first + (a.stderr.read() if a.stderr else "")

@@ -35,7 +35,7 @@ def _watched(node: Node, clients: list[list[str]], limited: bool = True, **env: 
     try:
         for args in clients:
             client = node.spawn([sys.executable, str(CHECK_CLIENT), *args, "--hold"],
-                                node.env(limited=limited, python=True, **env))
+                                {**node.env(limited=limited, python=True), **env})
             line = client.stdout.readline() if client.stdout else ""
             results.append(json.loads(line) if line else None)
             running.append(client)

@@ -15,6 +15,7 @@ import json
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pynvml
 
@@ -46,7 +47,7 @@ def main() -> int:
     dog = MemoryWatchdog(backend, owner, PidfdKiller(), RecordingEventSink(), SystemClock())
     done = threading.Event()
     lock = threading.Lock()
-    state = {"scans": 0, "max_used_mib": 0, "kills": []}
+    state: dict[str, Any] = {"scans": 0, "max_used_mib": 0, "kills": []}
 
     def scan() -> None:
         while not done.wait(PERIOD_S):
