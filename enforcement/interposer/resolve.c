@@ -80,6 +80,7 @@ void *limiter_real(enum limiter_symbol id)
         fn = NULL;
     if (fn != NULL)
         __atomic_store_n(&s->real, fn, __ATOMIC_RELEASE);
+    dlerror(); /* our misses are not the program's: leave no error for its next dlerror() */
     return fn;
 }
 
@@ -137,6 +138,6 @@ NOT_INSTRUMENTED EXPORT void *dlsym(void *handle, const char *name)
     if (fn != s->hook)
         __atomic_store_n(&s->real, fn, __ATOMIC_RELEASE);
     else if (limiter_real((enum limiter_symbol)(s - symbols)) == NULL)
-        return NULL; /* found only ourselves: there is no driver behind us */
+        return libc_dlsym()(RTLD_NEXT, name); /* found only ourselves: no driver; NULL, dlerror() says why */
     return s->hook;
 }

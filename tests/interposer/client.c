@@ -267,8 +267,10 @@ static int dynamic(void)
     printf("dlsym cuDeviceTotalMem_v2 lives_in %s rc %d total_mib %llu\n", home((void *)total), rc,
            (unsigned long long)(bytes / MIB));
     printf("dlsym cuMemAlloc_v2 lives_in %s refused_9g %d\n", home((void *)alloc), alloc(&p, 9 * GIB));
+    printf("dlerror_after_calls %s\n", dlerror() ? "set" : "clear"); /* the limiter's own lookups leave none */
     printf("dlsym cuInit lives_in %s\n", home((void *)init));
-    printf("dlsym cuNoSuchCall %s\n", dlsym(cuda, "cuNoSuchCall") ? "set" : "null");
+    printf("dlsym cuNoSuchCall %s", dlsym(cuda, "cuNoSuchCall") ? "set" : "null");
+    printf(" dlerror %s\n", dlerror() ? "set" : "clear");
     /* the caller-relative lookups still see the caller: "the next dlsym after me" is whoever
      * comes after this program, not after the limiter */
     void *next = dlsym(RTLD_NEXT, "dlsym");

@@ -113,7 +113,9 @@ def test_dlopen_and_dlsym_hand_out_the_limited_calls(node: Node) -> None:
     assert field_of(alloc, "lives_in") == "libgpuslice-limiter.so" and field_of(alloc, "refused_9g") == "2"
     [init] = lines(out, "dlsym cuInit")
     assert field_of(init, "lives_in") == "libcuda.so.1"  # what we do not wrap is the driver's own
-    assert lines(out, "dlsym cuNoSuchCall")[0][-1] == "null"
+    [unknown] = lines(out, "dlsym cuNoSuchCall")
+    assert field_of(unknown, "cuNoSuchCall") == "null" and field_of(unknown, "dlerror") == "set"
+    assert "dlerror_after_calls clear" in out
     [nxt] = lines(out, "rtld_next_dlsym")
     assert field_of(nxt, "same_as_mine") == "1"  # RTLD_NEXT is still relative to the caller
 

@@ -79,3 +79,12 @@ def test_the_context_reserve_can_be_tuned(node: Node) -> None:
     assert int(field_of(lines(out, "info_v2")[0], "free_mib")) == CAP_MIB - 1024
     out = node.client("totals", env=node.env(GPUSLICE_SLICE_CONTEXT_MIB="0"))
     assert int(field_of(lines(out, "info_v2")[0], "free_mib")) == CAP_MIB
+
+
+def test_with_no_driver_loaded_a_global_lookup_finds_nothing(node: Node) -> None:
+    """The library exports cuMemAlloc_v2 itself; a program probing for the driver with
+    dlsym(RTLD_DEFAULT, ...) must still learn there is none, as it would without us."""
+    code = "import ctypes; me = ctypes.CDLL(None); print(hasattr(me, 'cuMemAlloc_v2'), hasattr(me, 'cuInit'))"
+    assert node.python(code).split() == ["False", "False"]
+    loaded = "import ctypes; ctypes.CDLL('libcuda.so.1', mode=ctypes.RTLD_GLOBAL); " + code.split("; ", 1)[1]
+    assert node.python(loaded).split() == ["True", "True"]
