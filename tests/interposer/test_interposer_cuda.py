@@ -3,6 +3,7 @@ through the same program's dlopen + dlsym and cuGetProcAddress lookups."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -13,7 +14,11 @@ V1_MAX = 2**32 - 1
 
 
 def test_make_interposer_prints_the_library_path_last() -> None:
-    out = subprocess.run(["make", "interposer"], cwd=REPO, capture_output=True, text=True, check=True).stdout
+    # as a caller runs it: not as a sub-make of `make test` (GNU make then adds its own
+    # "Leaving directory" line after everything, as it does under -C; -s drops it)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    out = subprocess.run(["make", "interposer"], cwd=REPO, env=env, capture_output=True, text=True,
+                         check=True).stdout
     last = out.strip().splitlines()[-1]
     assert last.startswith("/") and last.endswith("/libgpuslice-limiter.so")
     assert Path(last) == (REPO / "build" / "interposer" / "release" / "libgpuslice-limiter.so").resolve()
