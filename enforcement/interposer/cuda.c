@@ -4,7 +4,9 @@
  *
  * Every hook asks the driver first whenever the answer could be an error the driver owns (no
  * context, a bad argument, no device): the limiter only ever narrows a successful answer, so
- * with no driver, or with the variables unset, a program sees exactly what the driver says. */
+ * with no driver, or with the variables unset, a program sees exactly what the driver says.
+ * (A hook finding no driver behind it answers CUDA_ERROR_NOT_INITIALIZED: only a program that
+ * binds to our exported symbol with no libcuda loaded can get there.) */
 #include <string.h>
 
 #include "limiter.h"
