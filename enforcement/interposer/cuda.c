@@ -87,6 +87,27 @@ static void settle(const struct charge *c, CUresult rc, int kind, uint64_t key)
         ledger_refund(stale.device, stale.bytes);
 }
 
+/* The plain allocation calls: charged to the current device when the driver could accept their
+ * arguments (it answers the others itself), settled with the pointer it wrote. */
+static int before(struct charge *c, int arguments_valid, uint64_t bytes)
+{
+    return arguments_valid && bytes != 0 ? take_current(c, bytes) : CHARGE_PASS;
+}
+
+static CUresult after(const struct charge *c, int how, CUresult rc, const CUdeviceptr *dptr)
+{
+    if (how == CHARGE_TAKEN)
+        settle(c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
+static CUresult after_v1(const struct charge *c, int how, CUresult rc, const CUdeviceptr_v1 *dptr)
+{
+    if (how == CHARGE_TAKEN)
+        settle(c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
+    return rc;
+}
+
 static void returned(CUresult rc, const struct allocation *a)
 {
     struct allocation ignored;
@@ -176,13 +197,10 @@ CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes)
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct charge c;
-    int how = (dptr == NULL || bytes == 0) ? CHARGE_PASS : take_current(&c, bytes);
+    int how = before(&c, dptr != NULL, bytes);
     if (how == CHARGE_REFUSED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, bytes);
-    if (how == CHARGE_TAKEN)
-        settle(&c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return after(&c, how, real(dptr, bytes), dptr);
 }
 
 CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes)
@@ -191,13 +209,10 @@ CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytes)
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct charge c;
-    int how = (dptr == NULL || bytes == 0) ? CHARGE_PASS : take_current(&c, bytes);
+    int how = before(&c, dptr != NULL, bytes);
     if (how == CHARGE_REFUSED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, bytes);
-    if (how == CHARGE_TAKEN)
-        settle(&c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return after_v1(&c, how, real(dptr, bytes), dptr);
 }
 
 /* The pitch is the driver's choice, so charge width x height first and the padding once known;
@@ -281,13 +296,10 @@ CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned int flags)
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct charge c;
-    int how = (dptr == NULL || bytes == 0) ? CHARGE_PASS : take_current(&c, bytes);
+    int how = before(&c, dptr != NULL, bytes);
     if (how == CHARGE_REFUSED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, bytes, flags);
-    if (how == CHARGE_TAKEN)
-        settle(&c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return after(&c, how, real(dptr, bytes, flags), dptr);
 }
 
 /* Stream-ordered allocations are charged to the current context's device (see README). */
@@ -296,13 +308,10 @@ static CUresult alloc_async(cuMemAllocAsync_t *real, CUdeviceptr *dptr, size_t b
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct charge c;
-    int how = (dptr == NULL || bytes == 0) ? CHARGE_PASS : take_current(&c, bytes);
+    int how = before(&c, dptr != NULL, bytes);
     if (how == CHARGE_REFUSED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, bytes, stream);
-    if (how == CHARGE_TAKEN)
-        settle(&c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return after(&c, how, real(dptr, bytes, stream), dptr);
 }
 
 CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream stream)
@@ -321,13 +330,10 @@ static CUresult alloc_pool(cuMemAllocFromPoolAsync_t *real, CUdeviceptr *dptr, s
     if (real == NULL)
         return CUDA_ERROR_NOT_INITIALIZED;
     struct charge c;
-    int how = (dptr == NULL || bytes == 0 || pool == NULL) ? CHARGE_PASS : take_current(&c, bytes);
+    int how = before(&c, dptr != NULL && pool != NULL, bytes);
     if (how == CHARGE_REFUSED)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUresult rc = real(dptr, bytes, pool, stream);
-    if (how == CHARGE_TAKEN)
-        settle(&c, rc, KIND_POINTER, rc == CUDA_SUCCESS ? *dptr : 0);
-    return rc;
+    return after(&c, how, real(dptr, bytes, pool, stream), dptr);
 }
 
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool, CUstream stream)
