@@ -8,13 +8,20 @@ bare 64-hex ID (cgroupfs). ``crio-conmon-<id>.scope`` is CRI-O's monitor, not th
 deeper levels (CRI-O's nested ``container`` cgroup, systemd inside a container) are cut off: the
 container cgroup is the unit that gets frozen.
 
-Lookups are cached by ``(pid, start time)``: field 22 of ``/proc/<pid>/stat`` tells a reused PID
-from the process that held it before, so a recycled PID can never inherit another pod's identity.
+Lookups are cached per process. On the host's ``/proc`` each process is pinned by a pidfd opened
+before its files are read and checked alive after: as long as that pidfd's process lives, the PID is
+that process, so a cached identity is valid exactly while it is alive, and the killer signals that
+very pidfd. Elsewhere (a simulated ``/proc``, or a kernel without pidfds) the cache key is
+``(pid, start time)`` (field 22 of ``/proc/<pid>/stat``), which only resolves one clock tick
+(10 ms): a PID reused within the same tick would pass for the process that held it before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +71,13 @@ def container_in_path(path: str) -> tuple[str, str, str] | None:
             continue
         return canonical_uid(pod.group(1)), container.group(1), "/" + "/".join(parts[: i + 2])
     return None
+
+
+def pod_in_path(path: str) -> str | None:
+    """The pod UID if ``path`` is a pod's own cgroup (``.../pod<UID>``, nothing below it), else None."""
+    parts = [p for p in path.split("/") if p]
+    pod = _POD_COMPONENT.fullmatch(parts[-1]) if parts else None
+    return canonical_uid(pod.group(1)) if pod is not None else None
 
 
 def parse_cgroup(text: str) -> ContainerRef | None:
@@ -130,24 +144,106 @@ def read_start_time(proc_root: Path, pid: int) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ProcessIdentity:
-    """A live process: its PID, start time, and the container it runs in (None: not in a pod)."""
+    """A live process: its PID, start time, the container it runs in (None: not in a pod), and the
+    pidfd that pins it (None where there is none: then only ``(pid, start_time)`` names it)."""
 
     pid: int
     start_time: int
     container: ContainerRef | None
+    pidfd: int | None = None
+
+
+def pidfd_alive(fd: int) -> bool:
+    """Whether the process a pidfd refers to still exists (signal 0 checks without signalling)."""
+    try:
+        signal.pidfd_send_signal(fd, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists; whether we may signal it is the killer's question
+    return True
+
+
+def _is_host_proc(proc_root: Path) -> bool:
+    try:
+        return proc_root.resolve() == Path("/proc")
+    except OSError:
+        return False
 
 
 class CgroupResolver:
-    """PID -> container, read from ``<proc_root>/<pid>/cgroup`` and cached by (pid, start time)."""
+    """PID -> container, read from ``<proc_root>/<pid>/cgroup``; cached per process (see the module doc).
 
-    def __init__(self, proc_root: Path = Path("/proc"), max_entries: int = 65536) -> None:
+    ``pin`` (default: whether ``proc_root`` is the host's ``/proc``) pins each process by a pidfd;
+    it turns itself off where the kernel has no ``pidfd_open`` (Linux < 5.3).
+    """
+
+    def __init__(self, proc_root: Path = Path("/proc"), max_entries: int = 65536, pin: bool | None = None) -> None:
         self.proc_root = proc_root
         self.max_entries = max_entries
+        self.pin = _is_host_proc(proc_root) if pin is None else pin
         self._cache: dict[tuple[int, int], ContainerRef | None] = {}
+        self._pins: dict[int, tuple[int, int]] = {}  # pid -> (pidfd, start time)
         self.reads = 0
 
     def lookup(self, pid: int) -> ProcessIdentity | None:
         """The process's identity, or None when it has exited (or cannot be read)."""
+        if not self.pin:
+            return self._lookup_by_start_time(pid)
+        return self._pinned(pid) or self._pin_and_read(pid)
+
+    def _pinned(self, pid: int) -> ProcessIdentity | None:
+        entry = self._pins.get(pid)
+        if entry is None:
+            return None
+        fd, start = entry
+        if pidfd_alive(fd) and (pid, start) in self._cache:
+            return ProcessIdentity(pid, start, self._cache[(pid, start)], fd)
+        self._unpin(pid)  # that process is gone: whoever has the PID now is looked up afresh
+        return None
+
+    def _pin_and_read(self, pid: int) -> ProcessIdentity | None:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return None
+        except OSError:  # no pidfd_open on this kernel: fall back to start times for good
+            self.pin = False
+            return self._lookup_by_start_time(pid)
+        start = read_start_time(self.proc_root, pid)
+        try:
+            text = (self.proc_root / str(pid) / "cgroup").read_text()
+        except OSError:
+            text = None
+        # Alive after the reads: the PID named the pinned process all along, so they describe it.
+        if start is None or text is None or not pidfd_alive(fd):
+            os.close(fd)
+            return None
+        self.reads += 1
+        if len(self._cache) >= self.max_entries:
+            self._forget_all()
+        ref = parse_cgroup(text)
+        self._cache[(pid, start)] = ref
+        self._pins[pid] = (fd, start)
+        return ProcessIdentity(pid, start, ref, fd)
+
+    def _unpin(self, pid: int) -> None:
+        entry = self._pins.pop(pid, None)
+        if entry is not None:
+            self._cache.pop((pid, entry[1]), None)
+            with contextlib.suppress(OSError):
+                os.close(entry[0])
+
+    def _forget_all(self) -> None:
+        for pid in list(self._pins):
+            self._unpin(pid)
+        self._cache.clear()  # a bounded cache; re-reading a few files is cheap
+
+    def close(self) -> None:
+        """Close every pidfd held (the resolver stays usable)."""
+        self._forget_all()
+
+    def _lookup_by_start_time(self, pid: int) -> ProcessIdentity | None:
         start = read_start_time(self.proc_root, pid)
         if start is None:
             return None
@@ -164,11 +260,14 @@ class CgroupResolver:
             return None
         ref = parse_cgroup(text)
         if len(self._cache) >= self.max_entries:
-            self._cache.clear()  # a bounded cache; re-reading a few files is cheap
+            self._forget_all()
         self._cache[key] = ref
         return ProcessIdentity(pid, start, ref)
 
     def retain(self, live: set[tuple[int, int]]) -> None:
         """Forget processes not in ``live`` ((pid, start time) pairs seen on a GPU lately)."""
+        for pid, (_, start) in list(self._pins.items()):
+            if (pid, start) not in live:
+                self._unpin(pid)
         for key in [k for k in self._cache if k not in live]:
             del self._cache[key]

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 from enforcement.pacer import PacerParams
+
+if TYPE_CHECKING:
+    from enforcement.agent import AgentConfig
+    from enforcement.freezer import FreezeController
+    from enforcement.nvml import NvmlBackend
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -100,6 +108,25 @@ def parser() -> argparse.ArgumentParser:
         help="seconds a new slice runs unpaced (default 30; 5 with --simulate)",
     )
     ctl.add_argument("--no-pacing", action="store_true", default=_env("no-pacing") == "1", help="memory caps only")
+    safe = p.add_argument_group("fail-safety")
+    safe.add_argument(
+        "--freeze-ceiling",
+        type=_positive,
+        default=float(_env("freeze-ceiling", "0.5") or 0.5),
+        help="no cgroup stays frozen longer, even with the control loop stuck (0.5 s)",
+    )
+    safe.add_argument(
+        "--nvml-deadline",
+        type=_positive,
+        default=float(_env("nvml-deadline", "0.5") or 0.5),
+        help="an NVML call not answered within this is given up on (0.5 s)",
+    )
+    safe.add_argument(
+        "--stall",
+        type=_positive,
+        default=float(_env("stall", "2.0") or 2.0),
+        help="/healthz fails once the loop has made no progress for this long (2 s)",
+    )
     p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
@@ -129,45 +156,93 @@ def main(argv: Sequence[str]) -> int:
 
 
 def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
-    from enforcement.agent import Agent, AgentConfig, run
+    """The node agent. Order matters: thaw what a previous run left frozen before anything that can
+    fail or block (NVML, the kubeconfig, the API server), and thaw again on every way out."""
+    from enforcement.freezer import CgroupFreezer, FreezeController, FreezeJournal
+
+    journal = FreezeJournal(args.runtime_dir / "frozen.json")
+    freezer = FreezeController(CgroupFreezer(args.cgroup_root), journal, ceiling_s=args.freeze_ceiling)
+    try:
+        thawed = freezer.recover()
+    except OSError as e:  # without a journal we could not promise to thaw after a crash: do not pace at all
+        print(f"gpuslice agent: cannot keep the freeze journal {journal.path}: {e}", file=sys.stderr)
+        return 1
+    if thawed:
+        log.warning("thawed %d cgroup(s) left frozen by a previous run", len(thawed))
+    from enforcement.agent import AgentConfig
+
+    try:
+        config = AgentConfig(
+            args.node_name,
+            memory_period_s=args.memory_period,
+            pacer=params,
+            pacing=not args.no_pacing,
+            freeze_ceiling_s=args.freeze_ceiling,
+            stall_s=args.stall,
+        )
+    except ValueError as e:
+        print(f"gpuslice agent: {e}", file=sys.stderr)
+        return 2
+    keeper = _start_keeper(journal.path, args.cgroup_root)
+    stop = threading.Event()
+
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        log.info("signal %d: thawing and stopping", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _serve(args, config, freezer, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        stuck = freezer.thaw_all()
+        if stuck:
+            log.error("could not thaw %s; the keeper and the next start retry", sorted(t.path for t in stuck))
+        if keeper is not None:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                keeper.kill()  # everything is thawed and the journal is empty: nothing left to keep
+                keeper.wait(5)
+
+
+def _start_keeper(journal: Path, cgroup_root: Path) -> subprocess.Popen[bytes] | None:
+    from enforcement import keeper
+
+    try:
+        return keeper.spawn(journal, cgroup_root)
+    except OSError as e:
+        log.warning("no thaw keeper (%s): if this process is killed, frozen cgroups wait for the next start", e)
+        return None
+
+
+def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeController, stop: threading.Event) -> int:
+    """NVML, the API server, then the loop; returns the exit code (the caller thaws)."""
+    from enforcement.agent import Agent, run
     from enforcement.cgroups import CgroupResolver
     from enforcement.clock import SystemClock
     from enforcement.endpoints import Endpoints
     from enforcement.events import KubeEventSink
-    from enforcement.freezer import CgroupFreezer, FreezeController, FreezeJournal
+    from enforcement.freezer import ThawGuard
     from enforcement.killer import PidfdKiller
     from enforcement.metrics import AgentMetrics
-    from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend
     from enforcement.pods import KubePodSource, PodIndex, PodWatch
 
-    config = AgentConfig(args.node_name, memory_period_s=args.memory_period, pacer=params, pacing=not args.no_pacing)
-    try:
-        backend = PynvmlBackend().open()
-    except NvmlUnavailable as e:
-        print(f"gpuslice agent: no NVIDIA driver on this node ({e}); nothing to enforce", file=sys.stderr)
-        return 1
-    except NvmlError as e:
-        print(f"gpuslice agent: NVML failed at start: {e}", file=sys.stderr)
+    _check_cgroup_namespace(args.proc_root)
+    backend = _open_nvml(args.nvml_deadline)
+    if backend is None:
         return 1
     try:
-        from kubernetes import client
-        from kubernetes import config as kube_config
-
-        if args.kubeconfig:
-            kube_config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-        else:
-            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        core = client.CoreV1Api()
-    except Exception as e:  # the client raises several unrelated types for "no usable config"
+        core = _kube_client(args.kubeconfig)
+    except _NoCluster as e:
         backend.close()
         print(f"gpuslice agent: cannot reach the API server: {e}", file=sys.stderr)
         return 1
-    stop = threading.Event()
+    if stop.is_set():
+        backend.close()
+        return 0
     index = PodIndex(args.node_name)
     watch = PodWatch(KubePodSource(core, args.node_name), index)
     threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
-    if not watch.synced.wait(30):
-        log.warning("no pod list from the API server yet; enforcing nothing until it comes")
     events = KubeEventSink(core, args.node_name)
     clock = SystemClock()
     agent = Agent(
@@ -175,7 +250,7 @@ def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
         backend,
         CgroupResolver(args.proc_root),
         index,
-        FreezeController(CgroupFreezer(args.cgroup_root), FreezeJournal(args.runtime_dir / "frozen.json")),
+        freezer,
         PidfdKiller(args.proc_root),
         events,
         clock,
@@ -183,28 +258,82 @@ def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
     )
     agent.start()
     atexit.register(agent.stop)  # thaw on any exit path the signal handler does not see
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        log.info("signal %d: thawing and stopping", signum)
-        stop.set()
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    guard = ThawGuard(freezer).start()
     metrics = AgentMetrics()
     host, port = args.listen
     endpoints = Endpoints(host, port, agent.healthy, metrics.render).start()
-    last_metrics = 0.0
+    started = last_metrics = time.monotonic()
+    unsynced_warned = False
 
     def _refresh() -> None:
-        nonlocal last_metrics
-        if time.monotonic() - last_metrics >= 1.0:
+        nonlocal last_metrics, unsynced_warned
+        now = time.monotonic()
+        if now - last_metrics >= 1.0:
             metrics.update(agent)
-            last_metrics = time.monotonic()
+            last_metrics = now
+        if not unsynced_warned and not watch.synced.is_set() and now - started > 30:
+            log.warning("no pod list from the API server after 30 s; enforcing nothing until it comes")
+            unsynced_warned = True
 
-    log.info("agent on %s: %d GPU(s), /metrics on %s:%d", args.node_name, len(agent.gpus), host, port)
+    bound_host, bound_port = endpoints.address
+    log.info(
+        "agent on %s: %d GPU(s), /healthz and /metrics on %s:%d",
+        args.node_name,
+        len(agent.gpus),
+        bound_host,
+        bound_port,
+    )
     try:
         run(agent, clock, stop, on_step=_refresh)
     finally:
+        guard.close()
         endpoints.close()
         events.close()
     return 0
+
+
+def _open_nvml(deadline_s: float) -> NvmlBackend | None:
+    """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s)."""
+    from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend, bounded
+
+    try:
+        return bounded(PynvmlBackend(), deadline_s, {"open": 60.0}).open()
+    except NvmlUnavailable as e:
+        print(f"gpuslice agent: no NVIDIA driver on this node ({e}); nothing to enforce", file=sys.stderr)
+    except NvmlError as e:
+        print(f"gpuslice agent: NVML failed at start: {e}", file=sys.stderr)
+    return None
+
+
+class _NoCluster(Exception):
+    pass
+
+
+def _kube_client(kubeconfig: str | None) -> Any:
+    try:
+        from kubernetes import client
+        from kubernetes import config as kube_config
+
+        if kubeconfig:
+            kube_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        else:
+            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
+        return client.CoreV1Api()
+    except Exception as e:  # the client raises several unrelated types for "no usable config"
+        raise _NoCluster(str(e)) from e
+
+
+def _check_cgroup_namespace(proc_root: Path) -> None:
+    """Say so at start if this process has a cgroup namespace of its own (pacing cannot work then)."""
+    try:
+        mine, host = os.readlink(proc_root / "self/ns/cgroup"), os.readlink(proc_root / "1/ns/cgroup")
+    except OSError:
+        return  # cannot tell (no hostPID, or no permission): the per-container check still refuses
+    if mine != host:
+        log.error(
+            "this agent runs in a private cgroup namespace (%s, host %s): other containers' cgroups are outside "
+            "its view, so it will not pace any (memory caps still hold). Run it privileged with hostPID, whose "
+            "container shares the host's cgroup namespace (enforcement/README.md, Deployment).",
+            mine,
+            host,
+        )

@@ -1,7 +1,9 @@
 """Time for the agent: the real wall clock, or a simulated one that tests advance by hand.
 
 NVML stamps its utilisation samples with wall-clock microseconds, so the agent's clock is a
-wall clock too: the pacer lines samples up with its own freeze decisions on one time base.
+wall clock too: the pacer lines samples up with its own freeze decisions on one time base. Ages
+that must not jump with the wall clock (how long a cgroup has been frozen, how long since the
+loop last made progress) use :meth:`Clock.monotonic`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ class Clock(Protocol):
 
     def now(self) -> float: ...
 
+    def monotonic(self) -> float:
+        """Seconds that never go backwards (ages and deadlines)."""
+        ...
+
     def sleep(self, seconds: float) -> None: ...
 
 
@@ -23,6 +29,9 @@ class SystemClock:
 
     def now(self) -> float:
         return time.time()
+
+    def monotonic(self) -> float:
+        return time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         if seconds > 0:
@@ -36,6 +45,9 @@ class SimClock:
         self._now = start
 
     def now(self) -> float:
+        return self._now
+
+    def monotonic(self) -> float:
         return self._now
 
     def sleep(self, seconds: float) -> None:

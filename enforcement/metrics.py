@@ -2,8 +2,11 @@
 
 Per holder (labels ``namespace``, ``pod``, ``container``, ``gpu``): memory used and its cap,
 measured compute share and the share it is steered to, seconds frozen, processes killed. Per
-node: NVML errors, skipped memory checks (missing data), freeze/thaw failures, holders seen.
-Series of holders that have left the node are removed, so the registry does not grow forever.
+node: NVML errors and timeouts, skipped memory checks (missing data), freeze/thaw failures,
+freezes cut by the ceiling, holders seen, processes on a GPU their pod holds no slice of,
+containers that cannot be paced, health. Running totals are counters (``_total``); what is true
+now is a gauge. Series of holders that have left the node are removed, so the registry does not
+grow forever.
 """
 
 from __future__ import annotations
@@ -16,6 +19,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from enforcement.agent import Agent, HolderStatus
 
 _LABELS = ("namespace", "pod", "container", "gpu")
+Labels = tuple[str, ...]
+
+
+class _Totals:
+    """Feeds the running totals the agent keeps into counters, which only ever go up by increments."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, Labels], float] = {}
+
+    def set(self, counter: Counter, total: float, labels: Labels = ()) -> None:
+        key = (id(counter), labels)
+        last = self._last.get(key, 0.0)
+        if total < last:  # the agent started this total afresh: so does the series
+            counter.remove(*labels)
+            last = 0.0
+        series = counter.labels(*labels) if labels else counter  # exposed from 0, not from the first event
+        if total > last:
+            series.inc(total - last)
+        self._last[key] = total
+
+    def forget(self, counter: Counter, labels: Labels) -> None:
+        self._last.pop((id(counter), labels), None)
+        with contextlib.suppress(KeyError):  # that counter never had this series
+            counter.remove(*labels)
 
 
 class AgentMetrics:
@@ -35,11 +62,11 @@ class AgentMetrics:
         self.entitlement = Gauge(
             "gpuslice_agent_entitlement_ratio", "The slice's compute entitlement", _LABELS, registry=r
         )
-        self.frozen = Gauge(
-            "gpuslice_agent_frozen_seconds", "Seconds the slice has spent frozen by the pacer", _LABELS, registry=r
+        self.frozen = Counter(
+            "gpuslice_agent_frozen_seconds_total", "Seconds the pacer has held the slice frozen", _LABELS, registry=r
         )
-        self.kills = Gauge(
-            "gpuslice_agent_slice_kills",
+        self.kills = Counter(
+            "gpuslice_agent_slice_kills_total",
             "Processes of the slice killed for exceeding the memory cap",
             _LABELS,
             registry=r,
@@ -47,58 +74,70 @@ class AgentMetrics:
         self.kills_total = Counter(
             "gpuslice_agent_kills_total", "Processes killed for exceeding a memory cap", registry=r
         )
-        self.nvml_errors = Gauge("gpuslice_agent_nvml_errors", "NVML calls that failed since start", registry=r)
-        self.skipped = Gauge(
-            "gpuslice_agent_memory_checks_skipped", "Holder checks skipped on missing data", registry=r
+        self.nvml_errors = Counter("gpuslice_agent_nvml_errors_total", "NVML readings that failed", registry=r)
+        self.nvml_timeouts = Counter(
+            "gpuslice_agent_nvml_timeouts_total",
+            "NVML readings given up on at their deadline (hung driver)",
+            registry=r,
         )
-        self.freeze_errors = Gauge("gpuslice_agent_freeze_errors", "Freeze or thaw writes that failed", registry=r)
+        self.skipped = Counter(
+            "gpuslice_agent_memory_checks_skipped_total", "Holder checks skipped on missing data", registry=r
+        )
+        self.freeze_errors = Counter(
+            "gpuslice_agent_freeze_errors_total", "Freeze or thaw writes that failed", registry=r
+        )
+        self.ceiling_thaws = Counter(
+            "gpuslice_agent_ceiling_thaws_total",
+            "Freezes cut at the freeze ceiling because the control loop was late",
+            registry=r,
+        )
         self.off_slice = Gauge(
             "gpuslice_agent_off_slice_processes",
-            "Managed pods' processes on GPUs their record does not name",
+            "Processes of managed pods on a GPU their record does not name (last scan)",
+            registry=r,
+        )
+        self.unpaceable = Gauge(
+            "gpuslice_agent_unpaceable_containers",
+            "GPU containers not paced because their cgroup lies outside the agent's view",
             registry=r,
         )
         self.holders = Gauge("gpuslice_agent_slice_holders", "Slice holders with processes on a GPU", registry=r)
-        self.healthy = Gauge("gpuslice_agent_healthy", "1 while memory readings keep coming", registry=r)
-        self._series: set[tuple[str, str, str, str]] = set()
-        self._kills_seen = 0
+        self.healthy = Gauge("gpuslice_agent_healthy", "1 while the control loop makes progress", registry=r)
+        self._series: set[Labels] = set()
+        self._totals = _Totals()
 
     def update(self, agent: Agent, statuses: Iterable[HolderStatus] | None = None) -> None:
         """Refresh every metric from the agent's current state."""
-        current: set[tuple[str, str, str, str]] = set()
+        current: set[Labels] = set()
         rows = list(agent.statuses() if statuses is None else statuses)
+        t = self._totals
         for s in rows:
-            labels = (s.holder.namespace, s.holder.pod, ",".join(s.containers), s.holder.gpu)
+            labels: Labels = (s.holder.namespace, s.holder.pod, ",".join(s.containers), s.holder.gpu)
             current.add(labels)
             if s.memory_bytes is not None:
                 self.memory_used.labels(*labels).set(s.memory_bytes)
             self.memory_cap.labels(*labels).set(s.holder.cap_bytes)
             self.entitlement.labels(*labels).set(s.holder.weight / 1000)
-            self.kills.labels(*labels).set(s.kills)
+            t.set(self.kills, s.kills, labels)
             if s.pacing is not None:
                 self.share.labels(*labels).set(s.pacing.measured)
                 self.target.labels(*labels).set(s.pacing.target)
-                self.frozen.labels(*labels).set(s.pacing.frozen_total_s)
+                t.set(self.frozen, s.pacing.frozen_total_s, labels)
         for labels in self._series - current:
-            for gauge in (
-                self.memory_used,
-                self.memory_cap,
-                self.share,
-                self.target,
-                self.entitlement,
-                self.frozen,
-                self.kills,
-            ):
+            for gauge in (self.memory_used, self.memory_cap, self.share, self.target, self.entitlement):
                 with contextlib.suppress(KeyError):  # that gauge never had this series (no pacing view yet)
                     gauge.remove(*labels)
+            t.forget(self.kills, labels)
+            t.forget(self.frozen, labels)
         self._series = current
-        new_kills = len(agent.kills) - self._kills_seen
-        if new_kills > 0:
-            self.kills_total.inc(new_kills)
-            self._kills_seen = len(agent.kills)
-        self.nvml_errors.set(agent.nvml_errors)
-        self.skipped.set(agent.watchdog.skipped_unknown)
-        self.freeze_errors.set(agent.freezer.errors)
-        self.off_slice.set(agent.attributor.off_slice)
+        t.set(self.kills_total, len(agent.kills))
+        t.set(self.nvml_errors, agent.nvml_errors)
+        t.set(self.nvml_timeouts, agent.nvml_timeouts)
+        t.set(self.skipped, agent.watchdog.skipped_unknown)
+        t.set(self.freeze_errors, agent.freezer.errors)
+        t.set(self.ceiling_thaws, agent.freezer.ceiling_thaws)
+        self.off_slice.set(len(agent.attributor.off_slice))
+        self.unpaceable.set(len(agent.unpaceable))
         self.holders.set(len(rows))
         self.healthy.set(1 if agent.healthy()[0] else 0)
 

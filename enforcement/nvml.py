@@ -12,14 +12,22 @@ quirks of the real library are handled here, once:
 * No driver or library: ``NVMLError_LibraryNotFound`` / ``DriverNotLoaded`` at init.
 
 Every other NVML error becomes :class:`NvmlError`, so callers treat the reading as missing.
+
+An NVML call can also hang (a GPU falling off the bus, a wedged driver). :func:`bounded` wraps any
+backend so that every call returns or fails within a deadline (:class:`NvmlTimeout`): the agent's
+loop, which thaws what it froze, never waits on the driver for longer than that.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import queue
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 import pynvml
 
@@ -34,6 +42,10 @@ class NvmlError(RuntimeError):
 
 class NvmlUnavailable(NvmlError):
     """There is no NVML here at all: no library, or no loaded driver."""
+
+
+class NvmlTimeout(NvmlError):
+    """An NVML call has not returned within its deadline (the driver may be hung): no answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +87,15 @@ class NvmlBackend(Protocol):
     def gpu_utilization(self, uuid: str) -> int: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class ReportsHangs(Protocol):
+    """A backend that knows its calls still running in the driver (:class:`BoundedBackend` does)."""
+
+    def hung(self) -> tuple[str, float] | None:
+        """The call running longest (its name, seconds so far), or None when none is running."""
+        ...
 
 
 _UNAVAILABLE_CODES = (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
@@ -183,3 +204,121 @@ class PynvmlBackend:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# --- deadlines ------------------------------------------------------------------------------------
+B = TypeVar("B")
+
+
+@dataclass(slots=True)
+class _Call:
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class _Lane:
+    """One worker thread. A call that outlives its deadline keeps the lane busy until it returns:
+    later calls on the lane fail at once instead of piling up threads inside a hung driver."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.busy: _Call | None = None
+        self._lock = threading.Lock()
+        self._work: queue.SimpleQueue[tuple[_Call, Callable[[], Any]]] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=f"gpuslice-nvml-{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            call, fn = self._work.get()
+            try:
+                call.result = fn()
+            except BaseException as e:  # handed to the caller, whatever it is
+                call.error = e
+            finally:
+                with self._lock:
+                    self.busy = None
+                call.done.set()
+
+    def submit(self, call: _Call, fn: Callable[[], Any]) -> _Call | None:
+        """Queue ``call``; if the lane is still busy, queue nothing and return the call it is busy with."""
+        with self._lock:
+            if self.busy is not None:
+                return self.busy
+            self.busy = call
+        self._work.put((call, fn))
+        return None
+
+
+class BoundedBackend:
+    """Any backend, every method of it run on a worker thread and given up on after a deadline.
+
+    Each method has a lane (a worker thread) per GPU (a first argument that is a string: the device
+    UUID), or one for the node otherwise, so a reading that hangs on one GPU does not hold up another
+    kind of reading (the watchdog's memory scan beside a hung utilisation call) or another GPU. A
+    call past its deadline raises :class:`NvmlTimeout`; its lane stays busy (and further calls on it
+    raise NvmlTimeout at once) until the call returns: a hung driver costs one thread per lane, not
+    one per attempt. Attributes that are not methods pass straight through.
+    """
+
+    def __init__(
+        self,
+        backend: Any,
+        deadline_s: float,
+        deadlines: Mapping[str, float] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if deadline_s <= 0:
+            raise ValueError(f"an NVML deadline must be positive, got {deadline_s}")
+        self._backend = backend
+        self._deadline_s = deadline_s
+        self._deadlines = dict(deadlines or {})
+        self._clock = clock
+        self._lanes: dict[str, _Lane] = {}
+        self._lanes_lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._backend, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return self._call(name, attr, args, kwargs)
+
+        return call
+
+    def _lane(self, key: str) -> _Lane:
+        with self._lanes_lock:
+            lane = self._lanes.get(key)
+            if lane is None:
+                lane = self._lanes[key] = _Lane(key)
+            return lane
+
+    def _call(self, name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        lane = self._lane(f"{name} on {args[0]}" if args and isinstance(args[0], str) else name)
+        call = _Call(self._clock())
+        stuck = lane.submit(call, lambda: fn(*args, **kwargs))
+        if stuck is not None:
+            age = call.started - stuck.started
+            raise NvmlTimeout(f"NVML call {lane.name} has not returned for {age:.1f} s")
+        deadline = self._deadlines.get(name, self._deadline_s)
+        if not call.done.wait(deadline):
+            raise NvmlTimeout(f"NVML call {lane.name}: no answer within {deadline:g} s")
+        if call.error is not None:
+            raise call.error
+        # A method that returns its own backend (open() does) returns the bounded one instead.
+        return self if call.result is self._backend else call.result
+
+    def hung(self) -> tuple[str, float] | None:
+        """The call running longest (its lane, seconds so far), or None when none is running."""
+        now = self._clock()
+        with self._lanes_lock:
+            running = [(lane.name, now - c.started) for lane in self._lanes.values() if (c := lane.busy) is not None]
+        return max(running, key=lambda r: r[1], default=None)
+
+
+def bounded(backend: B, deadline_s: float, deadlines: Mapping[str, float] | None = None) -> B:
+    """``backend`` with every method bounded by ``deadline_s`` (``deadlines`` overrides per method name)."""
+    return cast(B, BoundedBackend(backend, deadline_s, deadlines))

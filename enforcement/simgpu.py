@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 import random
+import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from enforcement.clock import Clock
 TICK_S = 0.01
 GIB = 1 << 30
 MEMORY_UNKNOWN = -1  # a Fault code: the process list answers, but usedGpuMemory is None
+HANG = -2  # a Fault code: the call blocks until the fault ends (a wedged driver; real clocks only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +223,8 @@ class Fault:
     """From ``start`` to ``end`` (clock seconds), ``call`` (or every call, ``*``) fails with ``code``.
 
     ``code`` is an ``NVML_ERROR_*`` value, or MEMORY_UNKNOWN: the process list then answers with
-    ``usedGpuMemory = None`` (the driver cannot say), which is missing data, not an error.
+    ``usedGpuMemory = None`` (the driver cannot say), which is missing data, not an error; or HANG:
+    the call sleeps (really: only with a wall clock) until ``end``, then answers.
     """
 
     start: float
@@ -284,7 +287,9 @@ class FakeNVML:
             gpu = self.gpus[handle.index]
         now = self.clock.now()
         for fault in self.faults:
-            if fault.code != MEMORY_UNKNOWN and fault.hits(now, call, gpu.index if gpu else None):
+            if fault.code == HANG and fault.hits(now, call, gpu.index if gpu else None):
+                time.sleep(fault.end - now)
+            elif fault.code not in (MEMORY_UNKNOWN, HANG) and fault.hits(now, call, gpu.index if gpu else None):
                 raise pynvml.NVMLError(fault.code)
         return gpu
 

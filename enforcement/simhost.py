@@ -1,10 +1,12 @@
 """A simulated node around the simulated GPUs: fake ``/proc``, fake cgroupfs, pods, a killer.
 
 The agent runs against it unchanged: it reads ``<root>/proc/<pid>/{stat,cgroup}`` through the
-real resolver and writes ``<root>/cgroup/<path>/cgroup.freeze`` through the real freezer. The
-"kernel" here reads those files after each agent step (the agent is their only writer, and it
-only runs between ticks), stops or resumes the container's processes, and answers in
-``cgroup.events``. Everything the tests judge is recorded as ground truth: per-tick GPU time and
+real resolver and writes ``<root>/cgroup/<path>/cgroup.freeze`` through the real freezer (the
+host is v2-only, so the agent freezes pod cgroups). The "kernel" here reads those files after each
+agent step (the agent is their only writer, and it only runs between ticks), stops or resumes the
+processes of every cgroup that is frozen itself or through an ancestor (as v2 does), and answers
+in ``cgroup.events``. With ``kill_waits_for_thaw`` a killed process does not die while frozen
+(the v1 freezer's behaviour). Everything the tests judge is recorded as ground truth: per-tick GPU time and
 memory of each container, freeze intervals, kills, and writes to cgroups nobody should touch.
 """
 
@@ -84,6 +86,7 @@ class SimNode:
         kill_latency_s: float = 0.0,
         tick_s: float = TICK_S,
         seed: int = 0,
+        kill_waits_for_thaw: bool = False,
     ) -> None:
         self.root = root
         self.proc_root = root / "proc"
@@ -95,6 +98,7 @@ class SimNode:
         self.origin = self.clock.now()
         self.node_name = node_name
         self.kill_latency_s = kill_latency_s
+        self.kill_waits_for_thaw = kill_waits_for_thaw
         self.tick_s = tick_s
         self.ticks = 0
         self.rng = random.Random(seed)
@@ -106,19 +110,24 @@ class SimNode:
         self._next_pid = 4000
         self._by_pid: dict[int, tuple[SimProcess, SimContainer]] = {}
         self._deaths: list[tuple[float, SimProcess]] = []
+        self._cgroups: dict[Path, bool] = {}  # every cgroup with a cgroup.freeze -> frozen (itself or inherited)
 
     # --- building the scene -------------------------------------------------------------------
     def now(self) -> float:
         """Seconds since the simulation started."""
         return self.clock.now() - self.origin
 
+    def _add_cgroup(self, directory: Path, frozen: bool = False) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / "cgroup.freeze").write_text("1\n" if frozen else "0\n")
+        (directory / "cgroup.events").write_text(f"populated 1\nfrozen {int(frozen)}\n")
+        (directory / "cgroup.procs").write_text("")
+        self._cgroups[directory] = frozen
+
     def add_container(self, name: str, path: str, gpu_index: int | None, pre_frozen: bool = False) -> SimContainer:
         """Create a container cgroup (``cgroup.freeze``, ``cgroup.events``, ``cgroup.procs``)."""
         directory = self.cgroup_root / path.strip("/")
-        directory.mkdir(parents=True, exist_ok=True)
-        (directory / "cgroup.freeze").write_text("1\n" if pre_frozen else "0\n")
-        (directory / "cgroup.events").write_text(f"populated 1\nfrozen {int(pre_frozen)}\n")
-        (directory / "cgroup.procs").write_text("")
+        self._add_cgroup(directory, pre_frozen)
         container = SimContainer(name, path, directory, gpu_index, frozen=pre_frozen)
         if pre_frozen:
             container.frozen_since = self.now()
@@ -140,9 +149,9 @@ class SimNode:
         """A pod with one container; with ``managed`` it carries an allocation record."""
         pod_uid = str(uuidlib.UUID(int=self.rng.getrandbits(128), version=4))
         container_id = "".join(self.rng.choice("0123456789abcdef") for _ in range(64))
-        container = self.add_container(
-            name, systemd_container_path(pod_uid, container_id, qos), gpu_indexes[0] if gpu_indexes else None
-        )
+        path = systemd_container_path(pod_uid, container_id, qos)
+        self._add_cgroup((self.cgroup_root / path.strip("/")).parent)  # the pod's cgroup
+        container = self.add_container(name, path, gpu_indexes[0] if gpu_indexes else None)
         annotations: dict[str, str] = {}
         if managed:
             record = AllocationRecord(
@@ -193,7 +202,7 @@ class SimNode:
         (container.directory / "cgroup.procs").write_text("".join(f"{p.pid}\n" for p in container.live()))
 
     # --- the agent's hands ---------------------------------------------------------------------
-    def kill(self, pid: int, start_time: int) -> bool:
+    def kill(self, pid: int, start_time: int, pidfd: int | None = None) -> bool:
         """The Killer protocol: SIGKILL ``pid`` if it is still the process that started at ``start_time``."""
         found = self._by_pid.get(pid)
         if found is None or not found[0].alive or found[0].start_ticks != start_time:
@@ -211,8 +220,12 @@ class SimNode:
 
     def _reap(self) -> None:
         now = self.now()
-        due = [(t, p) for t, p in self._deaths if t <= now + 1e-12]
-        self._deaths = [(t, p) for t, p in self._deaths if t > now + 1e-12]
+
+        def can_die(process: SimProcess) -> bool:
+            return not (self.kill_waits_for_thaw and self._by_pid[process.pid][1].frozen)
+
+        due = [(t, p) for t, p in self._deaths if t <= now + 1e-12 and can_die(p)]
+        self._deaths = [(t, p) for t, p in self._deaths if not (t <= now + 1e-12 and can_die(p))]
         for _, process in due:
             process.alive = False
             process.died = self.clock.now()
@@ -224,10 +237,17 @@ class SimNode:
             (self.proc_root / str(process.pid) / "cgroup").unlink(missing_ok=True)
 
     def sync_cgroups(self) -> None:
-        """The kernel's side of the freezer: apply what ``cgroup.freeze`` says, report in ``cgroup.events``."""
+        """The kernel's side of the freezer: apply what ``cgroup.freeze`` says (a cgroup is frozen if it or
+        an ancestor is set frozen), report in ``cgroup.events``."""
         now = self.now()
+        own = {d: (d / "cgroup.freeze").read_text().strip() == "1" for d in self._cgroups}
+        for directory in self._cgroups:
+            frozen = any(own.get(a, False) for a in (directory, *directory.parents))
+            if frozen != self._cgroups[directory]:
+                self._cgroups[directory] = frozen
+                _overwrite(directory / "cgroup.events", f"populated 1\nfrozen {int(frozen)}\n")
         for container in self.containers.values():
-            want = (container.directory / "cgroup.freeze").read_text().strip() == "1"
+            want = self._cgroups[container.directory]
             if want == container.frozen:
                 continue
             container.frozen = want
@@ -239,7 +259,7 @@ class SimNode:
                 assert container.frozen_since is not None
                 container.freeze_intervals.append((container.frozen_since, now))
                 container.frozen_since = None
-            _overwrite(container.directory / "cgroup.events", f"populated 1\nfrozen {int(want)}\n")
+        self._reap()  # a thawed process with a kill pending dies now
 
     # --- time ------------------------------------------------------------------------------------
     def advance(self) -> None:

@@ -1,9 +1,10 @@
 """``gpuslice agent --simulate``: the whole agent against simulated GPUs, a fake /proc and cgroupfs.
 
 :class:`Simulation` builds a node from a :class:`Scenario` (pods with products and simulated
-processes, host processes, NVML faults), wires the *real* agent to it (PynvmlBackend over
-FakeNVML, the cgroup resolver over the fake /proc, the v2 freezer over the fake cgroupfs, the
-pod index from an in-memory pod source) and steps both on one simulated clock. The property tests
+processes, host processes, NVML faults, stalls of the agent's loop), wires the *real* agent to it
+(PynvmlBackend over FakeNVML, the cgroup resolver over the fake /proc, the v2 freezer over the
+fake cgroupfs, the pod index from an in-memory pod source) and steps both on one simulated clock;
+the freeze ceiling (the ThawGuard's job in the real agent) is enforced every tick. The property tests
 use the same harness, so the demo and the tests exercise exactly the same code.
 """
 
@@ -70,6 +71,8 @@ class Scenario:
     sample_jitter_s: float = 0.02
     kill_latency_s: float = 0.0
     has_v3: bool = True
+    kill_waits_for_thaw: bool = False  # a frozen process dies only once thawed (the v1 freezer)
+    stalls: tuple[tuple[float, float], ...] = ()  # the agent's loop is stuck (not stepped); its ThawGuard runs
 
 
 @dataclass
@@ -95,7 +98,15 @@ class Simulation:
             )
             for i in range(sc.gpus)
         ]
-        self.node = SimNode(self.root, self.gpus, self.clock, self.config.node_name, sc.kill_latency_s, seed=self.seed)
+        self.node = SimNode(
+            self.root,
+            self.gpus,
+            self.clock,
+            self.config.node_name,
+            sc.kill_latency_s,
+            seed=self.seed,
+            kill_waits_for_thaw=sc.kill_waits_for_thaw,
+        )
         origin = self.clock.now()
         faults = tuple(Fault(origin + f.start, origin + f.end, f.code, f.call, f.gpu) for f in sc.faults)
         self.nvml = FakeNVML(self.gpus, self.clock, faults, has_v3=sc.has_v3)
@@ -134,7 +145,12 @@ class Simulation:
             PynvmlBackend(self.nvml).open(),
             CgroupResolver(self.node.proc_root),
             index,
-            FreezeController(CgroupFreezer(self.node.cgroup_root), FreezeJournal(self.journal_path)),
+            FreezeController(
+                CgroupFreezer(self.node.cgroup_root),
+                FreezeJournal(self.journal_path),
+                ceiling_s=self.config.freeze_ceiling_s,
+                clock=self.clock.monotonic,
+            ),
             self.node,
             self.events,
             self.clock,
@@ -167,8 +183,12 @@ class Simulation:
         while self.node.now() < t - _EPS:
             self.node.advance()
             self._spawn_due()
-            if not self.agent.stopped and self.clock.now() >= self.agent.next_due() - 1e-6:
+            now = self.node.now()
+            stalled = any(a <= now < b for a, b in self.scenario.stalls)
+            if not self.agent.stopped and not stalled and self.clock.now() >= self.agent.next_due() - 1e-6:
                 self.agent.step(self.clock.now())
+                self.node.sync_cgroups()
+            if not self.agent.stopped and self.agent.enforce_ceiling():  # the ThawGuard's part, every tick
                 self.node.sync_cgroups()
             if next_report is not None and on_report is not None and self.node.now() >= next_report - _EPS:
                 on_report(self.node.now())

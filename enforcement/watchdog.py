@@ -9,7 +9,8 @@ leave the slice over its cap for longer than one period.
 Never on doubtful data: a failed NVML call skips that GPU for the period, and a holder with any
 process whose usage NVML cannot report is skipped. Never outside a managed slice: unattributed
 processes are not even considered. A process already killed but still listed (kill latency) is
-discounted rather than followed by a second victim.
+discounted rather than followed by a second victim. Right after a kill, ``on_kill`` runs (the agent
+thaws the pod there: a process frozen by the v1 freezer cannot die, so its memory would stay held).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from enforcement.attribution import ProcessOwner
 from enforcement.clock import Clock
 from enforcement.events import EventSink
 from enforcement.killer import Killer
-from enforcement.nvml import NvmlBackend, NvmlError
+from enforcement.nvml import NvmlBackend, NvmlError, NvmlTimeout
 from enforcement.pods import MIB, SliceHolder
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class GpuScan:
     gpu: str
     ok: bool
     error: str | None = None
+    timed_out: bool = False  # the NVML call did not return in time (no progress, not just no data)
     holders: dict[tuple[str, str], HolderMemory] = field(default_factory=dict)
     unmanaged: int = 0
     kills: list[Kill] = field(default_factory=list)
@@ -79,12 +81,14 @@ class MemoryWatchdog:
         killer: Killer,
         events: EventSink,
         clock: Clock,
+        on_kill: Callable[[ProcessOwner], None] | None = None,
     ) -> None:
         self.backend = backend
         self.attribute = attribute
         self.killer = killer
         self.events = events
         self.clock = clock
+        self.on_kill = on_kill
         self.pending: dict[tuple[int, int], Kill] = {}
         self.skipped_unknown = 0
         self.failed_scans = 0
@@ -98,7 +102,7 @@ class MemoryWatchdog:
             processes = self.backend.process_memory(gpu)
         except NvmlError as e:
             self.failed_scans += 1
-            return GpuScan(gpu, ok=False, error=str(e))
+            return GpuScan(gpu, ok=False, error=str(e), timed_out=isinstance(e, NvmlTimeout))
         scan = GpuScan(gpu, ok=True)
         listed: set[tuple[int, int]] = set()
         for proc in processes:
@@ -134,8 +138,10 @@ class MemoryWatchdog:
             if effective <= cap:
                 break
             effective -= used  # killed now, or already gone: either way that memory is on its way back
-            if not self.killer.kill(owner.pid, owner.start_time):
+            if not self.killer.kill(owner.pid, owner.start_time, owner.pidfd):
                 continue
+            if self.on_kill is not None:
+                self.on_kill(owner)
             kill = Kill(self.clock.now(), owner.pid, owner.start_time, usage.holder, owner.container_name, used, total)
             self.pending[(owner.pid, owner.start_time)] = kill
             kills.append(kill)

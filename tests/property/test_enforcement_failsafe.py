@@ -1,5 +1,6 @@
-"""Fail-safe properties (F1): nothing managed stays frozen after stop, crash-restart or NVML failure,
+"""Fail-safe properties. F1: nothing managed stays frozen after stop, crash-restart or NVML failure,
 and what is not ours (host cgroups, a cgroup someone else froze, pods without a record) is never touched.
+F2: no freeze outlasts the ceiling, even while the control loop is stuck (the ThawGuard's job).
 """
 
 from __future__ import annotations
@@ -100,3 +101,37 @@ def test_nothing_managed_stays_frozen_and_nothing_foreign_is_touched(case: tuple
         assert sim.node.containers["paused"].frozen  # someone else's freeze stays
         assert sim.node.frozen_intervals("no-record") == [] and sim.node.frozen_intervals("exporter") == []
         assert sim.node.kills == [] and sim.node.foreign_signals == []
+
+
+@st.composite
+def stalls(draw: st.DrawFn) -> Scenario:
+    combo = draw(st.sampled_from(COMBOS))
+    pods = [
+        PodSpec(f"p{i}", product, 0, (BUSY,) * (2 if i == len(combo) - 1 else 1)) for i, product in enumerate(combo)
+    ]
+    windows = draw(st.lists(st.tuples(st.floats(3.0, 10.0), st.floats(0.05, 3.0)), min_size=1, max_size=3))
+    return Scenario(
+        tuple(pods),
+        stalls=tuple((start, start + length) for start, length in windows),
+        sample_window_s=draw(st.sampled_from([1 / 6, 1.0])),
+    )
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stalls())
+def test_no_freeze_outlasts_the_ceiling_even_with_the_loop_stuck(scenario: Scenario) -> None:
+    """F2: the loop is not stepped during the stalls (a hung call, say); freezes are still cut."""
+    with tempfile.TemporaryDirectory() as tmp:
+        config = AgentConfig("sim-node", pacer=PARAMS)
+        sim = Simulation(scenario, Path(tmp), config)
+        sim.start()
+        sim.run_until(14.0)
+        bound = config.freeze_ceiling_s + sim.node.tick_s + 1e-6
+        longest = 0.0
+        for pod in scenario.pods:
+            for a, b in sim.node.frozen_intervals(pod.name):
+                longest = max(longest, b - a)
+                assert b - a <= bound, f"{pod.name} frozen {a:.2f}-{b:.2f} s (ceiling {config.freeze_ceiling_s} s)"
+        assert any(sim.node.frozen_intervals(p.name) for p in scenario.pods), "pacing never engaged"
+        sim.stop()
+        assert managed_frozen(sim) == []

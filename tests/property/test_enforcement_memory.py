@@ -1,8 +1,9 @@
 """Memory-cap properties of the whole agent against the simulated node (M1, M2).
 
 1-4 slices with 1-2 processes each follow random step-wise memory traces that cross their caps;
-kills take a random latency (up to longer than a period); a host service and a pod without an
-allocation record hold large amounts of memory throughout. NVML faults (errors, or usage the
+kills take a random latency (up to longer than a period), and under the v1 freezer's rules a
+frozen process dies only once thawed; a host service and a pod without an allocation record hold
+large amounts of memory throughout. NVML faults (errors, or usage the
 driver cannot report) are injected at random times in the second property.
 """
 
@@ -62,6 +63,7 @@ def scenarios(draw: st.DrawFn, with_faults: bool) -> Scenario:
         host=(HostProcess("dcgm-exporter", "/system.slice/dcgm-exporter.service", 0, HOG),),
         faults=faults,
         kill_latency_s=draw(st.sampled_from([0.0, 0.03, 0.1, 0.25])),
+        kill_waits_for_thaw=draw(st.booleans()),  # the v1 freezer: a frozen process dies only once thawed
     )
 
 
@@ -148,3 +150,32 @@ def test_missing_data_never_kills_and_watching_resumes(scenario: Scenario) -> No
                             blind_until = f.end  # the watchdog could not see this stretch
                     if end <= END:
                         assert end - blind_until <= bound + 1e-6, f"{pod.name} over cap {start:.2f}-{end:.2f} s"
+
+
+@st.composite
+def paced_breaches(draw: st.DrawFn) -> Scenario:
+    """A paced slice (two busy processes beside a 50 % one: often frozen) that crosses its cap."""
+    at = draw(st.floats(3.0, END - 1.5))
+    leak = Workload(Steps.constant(1.0), Steps.of((0.0, 3 * GIB), (at, 6 * GIB)), queue_s=0.02)
+    steady = Workload(Steps.constant(1.0), Steps.constant(3 * GIB), queue_s=0.02)
+    busy = Workload(Steps.constant(1.0), Steps.constant(GIB), queue_s=0.02)
+    return Scenario(
+        (PodSpec("big", "v100-50", 0, (busy,)), PodSpec("leaky", "v100-25", 0, (leak, steady))),
+        kill_latency_s=draw(st.sampled_from([0.0, 0.03])),
+        kill_waits_for_thaw=True,
+    )
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(paced_breaches())
+def test_a_slice_killed_while_frozen_frees_its_memory_within_the_bound(scenario: Scenario) -> None:
+    """M1 under the v1 freezer's rules: the pod is thawed right after the kill, so its process can die."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = run(scenario, Path(tmp))
+        assert sim.node.frozen_intervals("leaky"), "the slice was never paced"
+        bound = PERIOD + scenario.kill_latency_s + 2 * sim.node.tick_s
+        episodes = over_cap_episodes(sim, "leaky", 8 * GIB)
+        assert episodes, "the slice never crossed its cap"
+        for start, end in episodes:
+            assert end - start <= bound + 1e-6, f"leaky over its cap {start:.2f}-{end:.2f} s"
+        check_kills(sim)

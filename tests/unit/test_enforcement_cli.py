@@ -1,11 +1,16 @@
-"""``gpuslice agent``: the simulation demo, argument errors, the no-driver paths, /healthz and /metrics."""
+"""``gpuslice agent``: the demo, argument errors, the no-driver paths, start-up order, /healthz and /metrics."""
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 import urllib.error
 import urllib.request
 from io import StringIO
@@ -15,12 +20,13 @@ import pynvml
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from enforcement import real_gpu_check
+from enforcement import cli, real_gpu_check
 from enforcement.agent import AgentConfig, run
 from enforcement.cli import main
 from enforcement.clock import SimClock, SystemClock
 from enforcement.endpoints import Endpoints
 from enforcement.metrics import AgentMetrics
+from enforcement.nvml import PynvmlBackend, bounded
 from enforcement.pacer import PacerParams
 from enforcement.simgpu import GIB, FakeNVML, SimGPU, SimProcess, Steps, Workload
 from enforcement.simulate import Simulation, demo_scenario
@@ -66,8 +72,8 @@ def _has_driver() -> bool:
 
 
 @pytest.mark.skipif(_has_driver(), reason="this machine has an NVIDIA driver")
-def test_the_real_agent_without_a_driver_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--node-name", "node-a", "--runtime-dir", "unused"]) == 1
+def test_the_real_agent_without_a_driver_says_so(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    assert main(["--node-name", "node-a", "--runtime-dir", str(tmp_path), "--cgroup-root", str(tmp_path)]) == 1
     assert "no NVIDIA driver on this node" in capsys.readouterr().err
 
 
@@ -194,3 +200,119 @@ def test_help_lists_the_simulation_flags(capsys: pytest.CaptureFixture[str]) -> 
     assert info.value.code == 0
     out = capsys.readouterr().out
     assert "--simulate" in out and "--duration" in out and "--max-freeze" in out
+
+
+POD_PATH = "kubepods/burstable/pod0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
+
+
+class _Unreachable:
+    """A CoreV1Api whose API server never answers."""
+
+    def list_pod_for_all_namespaces(self, **kwargs: object) -> None:
+        raise ConnectionError("API server unreachable")
+
+    def create_namespaced_event(self, namespace: str, body: object) -> None:
+        raise ConnectionError("API server unreachable")
+
+
+def _left_frozen(tmp_path: Path) -> tuple[Path, Path]:
+    """A cgroup tree with a pod cgroup a crashed agent froze, and its journal."""
+    root, runtime = tmp_path / "cgroup", tmp_path / "run"
+    (root / POD_PATH).mkdir(parents=True)
+    (root / POD_PATH / "cgroup.freeze").write_text("1\n")
+    runtime.mkdir()
+    (runtime / "frozen.json").write_text(json.dumps({"frozen": [{"kind": "v2", "path": POD_PATH}]}))
+    return root, runtime
+
+
+def _argv(root: Path, runtime: Path) -> list[str]:
+    return ["--node-name", "node-a", "--cgroup-root", str(root), "--runtime-dir", str(runtime)]
+
+
+def test_the_agent_thaws_before_nvml_and_the_api_server_and_logs_the_bound_port(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root, runtime = _left_frozen(tmp_path)
+    seen_at_nvml: list[str] = []
+    gpu = SimGPU(0, "GPU-cli")
+
+    def open_nvml(deadline_s: float) -> object:
+        seen_at_nvml.append((root / POD_PATH / "cgroup.freeze").read_text().strip())
+        return bounded(PynvmlBackend(FakeNVML([gpu], SystemClock())).open(), deadline_s)
+
+    servers: list[Endpoints] = []
+    start = Endpoints.start
+
+    def record(self: Endpoints) -> Endpoints:
+        servers.append(self)
+        return start(self)
+
+    monkeypatch.setattr(cli, "_open_nvml", open_nvml)
+    monkeypatch.setattr(cli, "_kube_client", lambda kubeconfig: _Unreachable())
+    monkeypatch.setattr(Endpoints, "start", record)
+    health: list[tuple[int, bytes]] = []
+
+    def probe_then_stop() -> None:
+        deadline = time.monotonic() + 20
+        while not servers and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # a few steps
+        host, port = servers[0].address
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz") as r:
+            health.append((r.status, r.read()))
+        os.kill(os.getpid(), signal.SIGTERM)  # the agent's own handler: thaw and stop
+
+    caplog.set_level(logging.INFO)
+    prober = threading.Thread(target=probe_then_stop)
+    prober.start()
+    assert main([*_argv(root, runtime), "--listen", "127.0.0.1:0"]) == 0
+    prober.join()
+    assert seen_at_nvml == ["0"]  # thawed before NVML was even opened
+    port = servers[0].address[1]
+    assert port != 0 and f"/healthz and /metrics on 127.0.0.1:{port}" in caplog.text
+    assert health == [(200, b"ok\n")]  # the API server being away is not the agent being stuck
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handlers are put back
+
+
+@pytest.mark.parametrize("broken", ["nvml", "kubeconfig"])
+def test_a_failed_start_still_thaws_what_a_crashed_run_left_frozen(
+    broken: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, runtime = _left_frozen(tmp_path)
+    if broken == "nvml":
+        monkeypatch.setattr(cli, "_open_nvml", lambda deadline_s: None)
+    else:
+        fake = FakeNVML([SimGPU(0, "GPU-cli")], SystemClock())
+        monkeypatch.setattr(cli, "_open_nvml", lambda deadline_s: PynvmlBackend(fake).open())
+    assert main([*_argv(root, runtime), "--kubeconfig", str(tmp_path / "missing")]) == 1
+    assert (root / POD_PATH / "cgroup.freeze").read_text().strip() == "0"
+    assert (runtime / "frozen.json").read_text() == '{"frozen": []}'
+
+
+def test_counters_are_totals_and_off_slice_counts_processes() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        sim = Simulation(demo_scenario(), Path(tmp), AgentConfig("sim-node", pacer=PacerParams(grace_s=2)))
+        sim.start()
+        # train-a holds a slice of GPU 0 only; one of its processes also runs on GPU 1: off its slice.
+        sim.node.spawn(sim.node.containers["train-a"], Workload(Steps.constant(0.1), Steps.constant(GIB)), 1)
+        sim.run_until(22)
+        metrics = AgentMetrics()
+        metrics.update(sim.agent)
+        families = {f.name: f for f in text_string_to_metric_families(metrics.render().decode())}
+        counters = {name for name, f in families.items() if f.type == "counter"}
+        assert {
+            "gpuslice_agent_nvml_errors",
+            "gpuslice_agent_memory_checks_skipped",
+            "gpuslice_agent_freeze_errors",
+            "gpuslice_agent_slice_kills",
+            "gpuslice_agent_frozen_seconds",
+            "gpuslice_agent_kills",
+            "gpuslice_agent_ceiling_thaws",
+        } <= counters
+        exposed = {s.name for f in families.values() for s in f.samples}
+        assert all(f"{name}_total" in exposed for name in counters)
+        assert not any(name.endswith("_total") for name, f in families.items() if f.type == "gauge")
+        after = samples(metrics)
+        assert after[("gpuslice_agent_off_slice_processes", "")] == 1.0  # one process, however often looked up
+        assert after[("gpuslice_agent_frozen_seconds_total", "train-b")] > 0
+        sim.stop()

@@ -1,15 +1,17 @@
-"""The NVML backend over the real pynvml error classes, and FakeNVML's contract with pynvml."""
+"""The NVML backend over the real pynvml error classes, FakeNVML's contract with pynvml, and deadlines."""
 
 from __future__ import annotations
 
 import inspect
+import threading
+import time
 
 import pynvml
 import pytest
 
-from enforcement.clock import SimClock
-from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend
-from enforcement.simgpu import GIB, MEMORY_UNKNOWN, FakeNVML, Fault, SimGPU, SimProcess, Steps, Workload
+from enforcement.clock import SimClock, SystemClock
+from enforcement.nvml import NvmlError, NvmlTimeout, NvmlUnavailable, PynvmlBackend, bounded
+from enforcement.simgpu import GIB, HANG, MEMORY_UNKNOWN, FakeNVML, Fault, SimGPU, SimProcess, Steps, Workload
 
 
 @pytest.mark.parametrize("name", FakeNVML.API)
@@ -120,3 +122,76 @@ def test_the_real_library_without_a_driver_is_unavailable() -> None:
         pytest.skip("this machine has an NVIDIA driver")
     with pytest.raises(NvmlUnavailable, match="Not Found"):
         PynvmlBackend().open()
+
+
+class Slow:
+    """A backend whose calls block until released (a wedged driver), per GPU."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.opened = 0
+
+    def open(self) -> Slow:
+        self.opened += 1
+        return self
+
+    def process_memory(self, uuid: str) -> list[str]:
+        if uuid == "GPU-hung":
+            self.release.wait(10)
+        return [uuid]
+
+    def process_utilization(self, uuid: str, since_us: int) -> list[int]:
+        return [since_us]
+
+    def fail(self) -> None:
+        raise NvmlError("injected", 3)
+
+
+def test_bounded_calls_answer_as_the_backend_does() -> None:
+    raw = Slow()
+    backend = bounded(raw, 0.5)
+    assert backend.open() is backend  # a method returning its backend returns the bounded one
+    assert raw.opened == 1
+    assert backend.process_memory("GPU-a") == ["GPU-a"]
+    with pytest.raises(NvmlError, match="injected") as info:
+        backend.fail()
+    assert info.value.code == 3
+
+
+def test_a_hung_call_times_out_and_holds_only_its_own_lane() -> None:
+    raw = Slow()
+    backend = bounded(raw, 0.2)
+    started = time.monotonic()
+    with pytest.raises(NvmlTimeout, match=r"process_memory on GPU-hung: no answer within 0\.2 s"):
+        backend.process_memory("GPU-hung")
+    assert time.monotonic() - started < 5  # given up on, not waited for (the call blocks 10 s)
+    with pytest.raises(NvmlTimeout, match="has not returned for"):  # the lane is still busy: at once
+        backend.process_memory("GPU-hung")
+    assert backend.process_memory("GPU-b") == ["GPU-b"]  # another GPU's lane
+    assert backend.process_utilization("GPU-hung", 7) == [7]  # another reading of the same GPU
+    raw.release.set()  # the driver comes back
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            assert backend.process_memory("GPU-hung") == ["GPU-hung"]
+            break
+        except NvmlTimeout:
+            assert time.monotonic() < deadline, "the lane never came back"
+            time.sleep(0.01)
+
+
+def test_bounded_refuses_a_deadline_that_is_not_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        bounded(Slow(), 0)
+
+
+def test_hang_fault_blocks_the_fake_until_it_ends() -> None:
+    clock = SystemClock()
+    gpu = SimGPU(0, "GPU-aaaa")
+    now = clock.now()
+    fake = FakeNVML([gpu], clock, (Fault(now, now + 0.3, HANG, "nvmlDeviceGetUtilizationRates"),))
+    backend = PynvmlBackend(fake).open()
+    started = time.monotonic()
+    assert backend.gpu_utilization("GPU-aaaa") == 0
+    assert time.monotonic() - started >= 0.25
+    assert backend.process_memory("GPU-aaaa") == []  # other calls are not hung

@@ -55,7 +55,7 @@ class SpyKiller:
         self.killed: list[int] = []
         self.replaced: set[int] = set()
 
-    def kill(self, pid: int, start_time: int) -> bool:
+    def kill(self, pid: int, start_time: int, pidfd: int | None = None) -> bool:
         if pid in self.replaced:
             return False
         self.killed.append(pid)
