@@ -3,7 +3,9 @@
 * the pure pacer: one slot (decide + one measured window) for 2, 4 and 8 slice holders, against
   the cost of an empty slot (no holders) as the baseline;
 * the whole agent against the simulated node: agent time per simulated second next to the
-  simulator's own time, and simulated seconds per wall second of the demo scenario.
+  simulator's own time, and simulated seconds per wall second of the demo scenario;
+* one NVML reading through the deadline wrapper (``nvml.bounded``: a hand-off to a worker thread
+  and back) against the same reading called directly.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import time
 from pathlib import Path
 
 from enforcement.agent import AgentConfig
+from enforcement.clock import SimClock
+from enforcement.nvml import PynvmlBackend, bounded
 from enforcement.pacer import GpuPacer, Member, PacerParams
+from enforcement.simgpu import GIB, FakeNVML, SimGPU, SimProcess, Steps, Workload
 from enforcement.simulate import Simulation, demo_scenario
 
 T0 = 1_700_000_000.0
@@ -57,6 +62,24 @@ def _agent_cost(seconds: float = 60.0) -> tuple[float, float, float]:
     return agent_time, total - agent_time, total
 
 
+def _nvml_call_cost(calls: int = 3000) -> tuple[float, float]:
+    """Seconds per process-memory reading (8 processes): direct, and through the deadline wrapper."""
+    clock = SimClock()
+    gpu = SimGPU(0, "GPU-bench")
+    for pid in range(8):
+        gpu.attach(SimProcess(1000 + pid, 0, clock.now(), Workload(Steps.constant(0.5), Steps.constant(GIB))))
+    direct = PynvmlBackend(FakeNVML([gpu], clock)).open()
+    wrapped = bounded(direct, 0.5)
+    out = []
+    for backend in (direct, wrapped):
+        backend.process_memory("GPU-bench")  # the lane's thread is started outside the timing
+        start = time.perf_counter()
+        for _ in range(calls):
+            backend.process_memory("GPU-bench")
+        out.append((time.perf_counter() - start) / calls)
+    return out[0], out[1]
+
+
 def main() -> None:
     logging.getLogger("enforcement").setLevel(logging.ERROR)  # the demo's kill warning is not a figure
     baseline = _pacer_slot_cost(0)
@@ -72,6 +95,11 @@ def main() -> None:
     print(f"  agent     {agent:6.2f} s wall = {per_slot * 1e3:6.2f} ms per slot ({per_slot / 0.1:.1%} of a core)")
     print(f"  simulator {simulator:6.2f} s wall  (agent/simulator = {agent / simulator:.2f})")
     print(f"  speed-up  {seconds / total:6.1f}x real time")
+    direct, wrapped = _nvml_call_cost()
+    print(
+        f"NVML reading, direct {direct * 1e6:6.1f} us; with a deadline {wrapped * 1e6:6.1f} us "
+        f"({wrapped / direct:.1f}x, +{(wrapped - direct) * 1e6:.0f} us per call)"
+    )
 
 
 if __name__ == "__main__":
