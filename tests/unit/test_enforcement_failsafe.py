@@ -198,9 +198,8 @@ def test_a_hung_nvml_call_neither_keeps_a_pod_frozen_nor_passes_healthz(tmp_path
         )
         assert longest <= config.freeze_ceiling_s + 0.3, f"a pod stayed frozen {longest:.2f} s"
         assert failing and failing[0] <= config.stall_s + 1.0, "/healthz did not fail while NVML was hung"
-        assert [code for t, code in health if hang_s + 3.0 <= t] == [200] * len(
-            [t for t, _ in health if hang_s + 3.0 <= t]
-        ), "/healthz did not recover once NVML answered again"
+        after = [code for t, code in health if t >= hang_s + 3.0]
+        assert after and set(after) == {200}, "/healthz did not recover once NVML answered again"
         assert not big.frozen() and not small.frozen()
 
 
