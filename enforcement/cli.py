@@ -194,6 +194,7 @@ def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
     try:
         return _serve(args, config, freezer, stop)
     finally:
+        stop.set()  # the pod watch, if it was started
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         stuck = freezer.thaw_all()
@@ -256,12 +257,19 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
         clock,
         args.cgroup_root,
     )
+    metrics = AgentMetrics()
+    host, port = args.listen
+    try:
+        endpoints = Endpoints(host, port, agent.healthy, metrics.render)
+    except OSError as e:
+        events.close()
+        backend.close()
+        print(f"gpuslice agent: cannot serve /healthz and /metrics on {host}:{port}: {e}", file=sys.stderr)
+        return 1
     agent.start()
     atexit.register(agent.stop)  # thaw on any exit path the signal handler does not see
     guard = ThawGuard(freezer).start()
-    metrics = AgentMetrics()
-    host, port = args.listen
-    endpoints = Endpoints(host, port, agent.healthy, metrics.render).start()
+    endpoints.start()
     started = last_metrics = time.monotonic()
     unsynced_warned = False
 

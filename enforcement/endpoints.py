@@ -59,5 +59,6 @@ class Endpoints:
         return self
 
     def close(self) -> None:
-        self.server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for serve_forever(), which never ran otherwise
+            self.server.shutdown()
         self.server.server_close()

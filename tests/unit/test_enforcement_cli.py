@@ -316,3 +316,20 @@ def test_counters_are_totals_and_off_slice_counts_processes() -> None:
         assert after[("gpuslice_agent_off_slice_processes", "")] == 1.0  # one process, however often looked up
         assert after[("gpuslice_agent_frozen_seconds_total", "train-b")] > 0
         sim.stop()
+
+
+def test_a_port_in_use_is_a_clear_error_and_still_thaws(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root, runtime = _left_frozen(tmp_path)
+    fake = FakeNVML([SimGPU(0, "GPU-cli")], SystemClock())
+    monkeypatch.setattr(cli, "_open_nvml", lambda deadline_s: PynvmlBackend(fake).open())
+    monkeypatch.setattr(cli, "_kube_client", lambda kubeconfig: _Unreachable())
+    taken = Endpoints("127.0.0.1", 0, lambda: (True, "ok"), lambda: b"")
+    try:
+        port = taken.address[1]
+        assert main([*_argv(root, runtime), "--listen", f"127.0.0.1:{port}"]) == 1
+    finally:
+        taken.close()
+    assert f"cannot serve /healthz and /metrics on 127.0.0.1:{port}" in capsys.readouterr().err
+    assert (root / POD_PATH / "cgroup.freeze").read_text().strip() == "0"
