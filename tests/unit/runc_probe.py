@@ -99,19 +99,25 @@ def effectively_frozen(path: Path) -> bool:
     return (path / "freezer.state").read_text().strip() == "FROZEN"
 
 
-def probe(container: Container, freeze: Any, thaw: Any, watch: Path) -> dict[str, Any]:
-    """Freeze, runc's view, exec (thawed after a moment), then a user's pause beside our freeze."""
+def probe(container: Container, freeze: Any, thaw: Any, dirs: list[Path]) -> dict[str, Any]:
+    """Freeze, runc's view, exec (thawed after a moment), then a user's pause beside our freeze.
+
+    ``dirs`` are the container's cgroup directories (the first one is watched for the freeze).
+    """
+    watch = dirs[0]
     out: dict[str, Any] = {}
     freeze()
-    deadline = time.monotonic() + 2
-    while not effectively_frozen(watch) and time.monotonic() < deadline:
-        time.sleep(0.005)
-    out["state_while_frozen"] = container.status()
-    timer = threading.Timer(THAW_AFTER_S, thaw)
-    timer.start()
-    out["exec"] = container.exec()
-    timer.join()
-    thaw()
+    try:
+        deadline = time.monotonic() + 2
+        while not effectively_frozen(watch) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        out["state_while_frozen"] = container.status()
+        timer = threading.Timer(THAW_AFTER_S, thaw)
+        timer.start()
+        out["exec"] = container.exec()
+        timer.join()
+    finally:
+        thaw()  # whatever failed: runc spins in `state` while a v1 freeze cannot complete
     container.runc_do("pause")
     freeze()
     time.sleep(0.05)
@@ -121,9 +127,10 @@ def probe(container: Container, freeze: Any, thaw: Any, watch: Path) -> dict[str
     out["resume_rc"] = container.runc_do("resume")
     out["state_after_resume"] = container.status()
     if out["state_after_resume"] != "running":  # leave it usable for the next probe
-        for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
-            for f in CGROUP.glob(f"**/{watch.name}/{name}"):
-                f.write_text(value)
+        for d in dirs:
+            for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+                if (d / name).is_file():
+                    (d / name).write_text(value)
     return out
 
 
@@ -134,6 +141,11 @@ def main(view: str, work: Path) -> dict[str, Any]:
     pod_rel = f"{prefix}/kubepods/burstable/pod{uid}"
     container = Container(work, f"/{pod_rel}/{cid}")
     result: dict[str, Any] = {"view": view, "runc": _sh("runc", "--version").stdout.splitlines()[0]}
+    # A freeze while runc init is still exec'ing the entrypoint cannot complete on v1 (FREEZING):
+    # wait until the container runs its own program before probing.
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{container.pid}/exe").resolve().name == "runc" and time.monotonic() < deadline:
+        time.sleep(0.01)
     try:
         ref = CgroupResolver(Path("/proc")).lookup(container.pid)
         assert ref is not None and ref.container is not None, "the container is not in a pod-shaped cgroup"
@@ -145,8 +157,8 @@ def main(view: str, work: Path) -> dict[str, Any]:
         unified = CGROUP if (CGROUP / "cgroup.controllers").exists() else CGROUP / "unified"
         in_unified = (unified / pod_rel / cid).is_dir()
         in_v1 = (CGROUP / "freezer" / pod_rel / cid).is_dir()
-        watch = (unified if in_unified else CGROUP / "freezer") / pod_rel / cid
-        result["agent"] = probe(container, lambda: controller.apply({target}), lambda: controller.apply(set()), watch)
+        dirs = [h / pod_rel / cid for h, present in ((unified, in_unified), (CGROUP / "freezer", in_v1)) if present]
+        result["agent"] = probe(container, lambda: controller.apply({target}), lambda: controller.apply(set()), dirs)
         raw: dict[str, FreezeTarget] = {}
         if in_v1:
             raw["v1-container"] = FreezeTarget("v1", f"freezer/{pod_rel}/{cid}")
@@ -158,12 +170,16 @@ def main(view: str, work: Path) -> dict[str, Any]:
         freezer = CgroupFreezer(CGROUP)
         for mode, t in raw.items():
             result[mode] = probe(
-                container, lambda t=t: freezer.set_frozen(t, True), lambda t=t: freezer.set_frozen(t, False), watch
+                container, lambda t=t: freezer.set_frozen(t, True), lambda t=t: freezer.set_frozen(t, False), dirs
             )
     finally:
+        ours = [h / prefix for h in [*CGROUP.iterdir(), CGROUP] if (h / prefix).is_dir()]
+        for top in ours:  # nothing of ours is left frozen
+            for name, value in (("freezer.state", "THAWED"), ("cgroup.freeze", "0")):
+                for f in top.rglob(name):
+                    f.write_text(value)
         container.delete()
-        for hierarchy in [p for p in CGROUP.iterdir() if (p / prefix).is_dir()] + [CGROUP]:
-            top = hierarchy / prefix
+        for top in ours:
             if top.is_dir():
                 for d, _, _ in os.walk(top, topdown=False):
                     os.rmdir(d)
