@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test e2e bench lint typecheck check clean interposer
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/python -m enforcement.kubeletapi.generate
 	touch $(STAMP)
 
 ## demo: the main job on the embedded default (no cluster needed)

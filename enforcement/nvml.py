@@ -194,6 +194,24 @@ class PynvmlBackend:
         except pynvml.NVMLError as e:
             raise _wrap("nvmlDeviceGetUtilizationRates", e) from e
 
+    def minor_number(self, uuid: str) -> int:
+        """The card's device minor number: its node is ``/dev/nvidia<minor>``."""
+        handle = self._handle(uuid)
+        try:
+            return int(self._lib.nvmlDeviceGetMinorNumber(handle))
+        except pynvml.NVMLError as e:
+            raise _wrap("nvmlDeviceGetMinorNumber", e) from e
+
+    def health(self, uuid: str) -> str | None:
+        """None while the card answers as itself; else why not (GPU lost, wrong UUID, any NVML error)."""
+        handle = self._handle(uuid)
+        try:
+            seen = _text(self._lib.nvmlDeviceGetUUID(handle))
+            self._lib.nvmlDeviceGetMemoryInfo(handle)
+        except pynvml.NVMLError as e:
+            return str(_wrap("health probe", e))
+        return None if seen == uuid else f"handle now answers as {seen}"
+
     def close(self) -> None:
         """Shut NVML down; safe to call twice."""
         if self._open:

@@ -166,6 +166,16 @@ class PodIndex:
         with self._lock:
             return self._pods.get(canonical_uid(pod_uid))
 
+    def find(self, namespace: str, name: str) -> ManagedPod | None:
+        """The managed pod called ``namespace/name`` on this node (names are unique while a pod exists)."""
+        with self._lock:
+            return next((p for p in self._pods.values() if p.namespace == namespace and p.name == name), None)
+
+    def parse(self, pod: Mapping[str, Any]) -> tuple[ManagedPod | None, str | None]:
+        """A pod object (e.g. read from the API) as this index would hold it, or why it would not."""
+        _, managed, problem = self._parse(pod)
+        return managed, problem
+
     def holder(self, pod_uid: str, gpu: str) -> SliceHolder | None:
         """The slice ``pod_uid`` holds on ``gpu``, if that pod is managed and its record names it."""
         managed = self.get(pod_uid)

@@ -265,6 +265,7 @@ class FakeNVML:
         "nvmlDeviceGetHandleByIndex",
         "nvmlDeviceGetUUID",
         "nvmlDeviceGetName",
+        "nvmlDeviceGetMinorNumber",
         "nvmlDeviceGetMemoryInfo",
         "nvmlDeviceGetComputeRunningProcesses",
         "nvmlDeviceGetComputeRunningProcesses_v2",
@@ -330,6 +331,9 @@ class FakeNVML:
 
     def nvmlDeviceGetName(self, handle: _Handle) -> str:
         return self._device("nvmlDeviceGetName", handle).name
+
+    def nvmlDeviceGetMinorNumber(self, handle: _Handle) -> int:
+        return self._device("nvmlDeviceGetMinorNumber", handle).index
 
     def nvmlDeviceGetMemoryInfo(self, handle: _Handle, version: int | None = None) -> _Memory:
         gpu = self._device("nvmlDeviceGetMemoryInfo", handle)

@@ -12,9 +12,18 @@ set -euo pipefail
 KUBE_VERSION="v1.34.4"  # k8s.io/kubernetes; staging modules are v0.<minor>.<patch>
 ETCD_VERSION="v3.6.16"  # go.etcd.io/etcd/server/v3 (its main package is the etcd binary)
 
+CONTAINERD_VERSION="v2.2.9"  # github.com/containerd/containerd/v2 (containerd, ctr): the e2e-node runtime
+
 CACHE_ROOT="${GPUSLICE_KUBE_CACHE:-${HOME}/.cache/gpuslice/kube}"
 DEST="${CACHE_ROOT}/${KUBE_VERSION}-${ETCD_VERSION}"
 BINARIES=(etcd kube-apiserver kube-scheduler)
+
+# `build-kube.sh node` builds the real node on top (make e2e-node): kubelet from the same pinned
+# sources into the same bin dir, and containerd + ctr into a dir of their own. Each is an extra
+# file, renamed into place, so the control plane binaries others use are never rebuilt or moved.
+WANT_NODE=0
+[[ "${1:-}" == "node" ]] && WANT_NODE=1
+CONTAINERD_DEST="${CACHE_ROOT}/containerd-${CONTAINERD_VERSION}"
 
 log() { printf '[build-kube] %s\n' "$*" >&2; }
 
@@ -25,8 +34,18 @@ have_all() {
   done
 }
 
-if have_all; then
+have_node() {
+  [[ "${WANT_NODE}" == 0 ]] ||
+    { [[ -x "${DEST}/bin/kubelet" && -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" ]]; }
+}
+
+done_msg() {
   echo "${DEST}/bin"
+  if [[ "${WANT_NODE}" == 1 ]]; then echo "${CONTAINERD_DEST}/bin"; fi
+}
+
+if have_all && have_node; then
+  done_msg
   exit 0
 fi
 
@@ -46,8 +65,8 @@ mkdir -p "${CACHE_ROOT}"
 if command -v flock >/dev/null 2>&1; then
   exec 9>"${CACHE_ROOT}/.build.lock"
   flock 9
-  if have_all; then
-    echo "${DEST}/bin"
+  if have_all && have_node; then
+    done_msg
     exit 0
   fi
   # We hold the lock, so any other work dir is left over from a killed run.
@@ -99,6 +118,7 @@ writable_copy() {
 }
 
 # ---------------------------------------------------------------- kubernetes
+prepare_kubernetes() {
 STAGING_VERSION="v0.${KUBE_VERSION#v1.}"
 log "downloading k8s.io/kubernetes@${KUBE_VERSION}"
 KSRC="$(module_dir "k8s.io/kubernetes@${KUBE_VERSION}")"
@@ -128,6 +148,10 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   KLDFLAGS+=" -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${BUILD_DATE}"
 done
 
+}
+
+if ! have_all; then
+prepare_kubernetes
 mkdir -p "${WORK}/out/bin"
 log "building kube-apiserver and kube-scheduler ${KUBE_VERSION} (cold: 10-25 min on 2 cores)"
 (cd "${WORK}/kubernetes" &&
@@ -152,4 +176,31 @@ done
 rm -rf "${DEST}"
 mv "${WORK}/out" "${DEST}"
 log "built into ${DEST}/bin"
-echo "${DEST}/bin"
+fi
+
+# ---------------------------------------------------------------- the node
+if [[ "${WANT_NODE}" == 1 && ! -x "${DEST}/bin/kubelet" ]]; then
+  [[ -d "${WORK}/kubernetes" ]] || prepare_kubernetes
+  log "building kubelet ${KUBE_VERSION} (warm module cache: about 1 min)"
+  (cd "${WORK}/kubernetes" &&
+    "${GO}" build -trimpath -ldflags "${KLDFLAGS}" -o "${WORK}/kubelet" ./cmd/kubelet)
+  mv "${WORK}/kubelet" "${DEST}/bin/kubelet"  # one extra file: the control plane is untouched
+  log "built ${DEST}/bin/kubelet"
+fi
+if [[ "${WANT_NODE}" == 1 && ! ( -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" ) ]]; then
+  log "downloading github.com/containerd/containerd/v2@${CONTAINERD_VERSION}"
+  CSRC="$(module_dir "github.com/containerd/containerd/v2@${CONTAINERD_VERSION}")"
+  writable_copy "${CSRC}" "${WORK}/containerd"
+  mkdir -p "${WORK}/containerd-out/bin"
+  # Static, no cgo: drop the snapshotters that need C (btrfs) or are not used (devmapper).
+  # CDI is built in and on by default in containerd 2.x.
+  log "building containerd ${CONTAINERD_VERSION} (cold: 3-8 min on 2 cores)"
+  (cd "${WORK}/containerd" &&
+    "${GO}" build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
+      -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}" \
+      -o "${WORK}/containerd-out/bin/" ./cmd/containerd ./cmd/ctr)
+  rm -rf "${CONTAINERD_DEST}"
+  mv "${WORK}/containerd-out" "${CONTAINERD_DEST}"
+  log "built into ${CONTAINERD_DEST}/bin"
+fi
+done_msg
