@@ -128,6 +128,9 @@ def parser() -> argparse.ArgumentParser:
         help="/healthz fails once the loop has made no progress for this long (2 s)",
     )
     p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    from enforcement.node import add_arguments
+
+    add_arguments(p)
     return p
 
 
@@ -228,8 +231,10 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.metrics import AgentMetrics
     from enforcement.pods import KubePodSource, PodIndex, PodWatch
 
+    from enforcement.node import start as start_node_side
+
     _check_cgroup_namespace(args.proc_root)
-    backend = _open_nvml(args.nvml_deadline)
+    backend = _open_nvml(args.nvml_deadline, args.simulated_gpus)
     if backend is None:
         return 1
     try:
@@ -244,6 +249,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     index = PodIndex(args.node_name)
     watch = PodWatch(KubePodSource(core, args.node_name), index)
     threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
+    node_side = start_node_side(args, backend, index, core.api_client, stop)
     events = KubeEventSink(core, args.node_name)
     clock = SystemClock()
     agent = Agent(
@@ -259,9 +265,15 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     )
     metrics = AgentMetrics()
     host, port = args.listen
+
+    def _healthy() -> tuple[bool, str]:
+        ok, why = agent.healthy()
+        return node_side.healthy() if ok else (ok, why)
+
     try:
-        endpoints = Endpoints(host, port, agent.healthy, metrics.render)
+        endpoints = Endpoints(host, port, _healthy, metrics.render)
     except OSError as e:
+        node_side.close()
         events.close()
         backend.close()
         print(f"gpuslice agent: cannot serve /healthz and /metrics on {host}:{port}: {e}", file=sys.stderr)
@@ -297,14 +309,20 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
         guard.close()
         endpoints.close()
         events.close()
+        node_side.close()
     return 0
 
 
-def _open_nvml(deadline_s: float) -> NvmlBackend | None:
-    """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s)."""
+def _open_nvml(deadline_s: float, simulated: Path | None = None) -> NvmlBackend | None:
+    """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s);
+    ``simulated`` serves the cards of that file instead (``--simulated-gpus``, tests and demos)."""
     from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend, bounded
 
     try:
+        if simulated is not None:
+            from enforcement.simnode import SimulatedCards
+
+            return bounded(PynvmlBackend(SimulatedCards(simulated)), deadline_s, {"open": 60.0}).open()
         return bounded(PynvmlBackend(), deadline_s, {"open": 60.0}).open()
     except NvmlUnavailable as e:
         print(f"gpuslice agent: no NVIDIA driver on this node ({e}); nothing to enforce", file=sys.stderr)

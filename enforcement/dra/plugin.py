@@ -113,7 +113,7 @@ class DraDriver:
             return True
 
 
-class _DraServicer(dra_pb2_grpc.DRAPluginServicer):
+class _DraServicer:
     def __init__(self, driver: DraDriver) -> None:
         self.driver = driver
 
@@ -143,7 +143,7 @@ class _DraServicer(dra_pb2_grpc.DRAPluginServicer):
         return out
 
 
-class _RegistrationServicer(pluginregistration_pb2_grpc.RegistrationServicer):
+class _RegistrationServicer:
     def __init__(self, endpoint: str) -> None:
         self.endpoint = endpoint
         self.registered = threading.Event()

@@ -1,6 +1,12 @@
-"""The generated stubs, checked to be present and current (see the package docstring)."""
+"""The generated stubs, checked to be present and current (see the package docstring).
+
+The ``*_pb2`` message modules are typed (protoc writes ``.pyi`` files); the ``*_pb2_grpc``
+service modules are not, so they are exported as ``Any``.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 from enforcement.kubeletapi.generate import up_to_date
 
@@ -12,14 +18,19 @@ if not up_to_date():
 
 from enforcement.kubeletapi.protos import (
     deviceplugin_pb2,
-    deviceplugin_pb2_grpc,
     dra_pb2,
-    dra_pb2_grpc,
     pluginregistration_pb2,
-    pluginregistration_pb2_grpc,
     podresources_pb2,
-    podresources_pb2_grpc,
 )
+from enforcement.kubeletapi.protos import deviceplugin_pb2_grpc as _deviceplugin_grpc
+from enforcement.kubeletapi.protos import dra_pb2_grpc as _dra_grpc
+from enforcement.kubeletapi.protos import pluginregistration_pb2_grpc as _registration_grpc
+from enforcement.kubeletapi.protos import podresources_pb2_grpc as _podresources_grpc
+
+deviceplugin_pb2_grpc: Any = _deviceplugin_grpc
+dra_pb2_grpc: Any = _dra_grpc
+pluginregistration_pb2_grpc: Any = _registration_grpc
+podresources_pb2_grpc: Any = _podresources_grpc
 
 __all__ = [
     "deviceplugin_pb2",

@@ -1,0 +1,144 @@
+"""The node side of the agent: inventory on the Node, the DRA kubelet plugin, the device plugin.
+
+``start`` wires them onto a running agent's NVML backend and pod index, each in its own thread:
+
+* the inventory refresh (NVML -> ``gpuslice.io/inventory`` on the Node) feeds the other two;
+* the DRA plugin (``--dra``, on by default): ResourceSlice of token devices, registration,
+  NodePrepareResources / NodeUnprepareResources, checkpoint;
+* the device plugin (``--device-plugin``, on by default): one resource per product, and the
+  token hand-off through PodResources.
+
+Both write CDI specs into ``--cdi-dir`` from the same container-edits core (``edits.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from enforcement.cdi import SpecDir
+from enforcement.edits import EditsConfig
+from enforcement.handoff import RecordLookup, Writer
+from enforcement.inventory import CardSource, Inventory, KubeNodeAnnotator
+from enforcement.kubeapi import KubeApi
+from enforcement.pods import PodIndex
+from packing.products import load_catalog
+
+log = logging.getLogger(__name__)
+
+
+def _env(name: str, default: str) -> str:
+    return os.environ.get("GPUSLICE_AGENT_" + name.upper().replace("-", "_"), default)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The node side's flags (each with its GPUSLICE_AGENT_* environment twin)."""
+    g = p.add_argument_group("kubelet plugins (hand each container its slice)")
+    g.add_argument("--kubelet-dir", type=Path, default=Path(_env("kubelet-dir", "/var/lib/kubelet")),
+                   help="the kubelet's root directory (plugin, device plugin and pod-resources sockets)")
+    g.add_argument("--cdi-dir", type=Path, default=Path(_env("cdi-dir", "/var/run/cdi")),
+                   help="the container runtime's dynamic CDI spec directory")
+    g.add_argument("--state-dir", type=Path, default=Path(_env("state-dir", "/var/lib/gpuslice-agent")),
+                   help="where the DRA checkpoint lives (must survive agent and kubelet restarts)")
+    g.add_argument("--dra", action=argparse.BooleanOptionalAction, default=_env("dra", "1") == "1",
+                   help="serve the DRA kubelet plugin and publish the ResourceSlice (default on)")
+    g.add_argument("--device-plugin", action=argparse.BooleanOptionalAction,
+                   default=_env("device-plugin", "1") == "1", help="serve one device plugin per product (default on)")
+    g.add_argument("--mps", action="store_true", default=_env("mps", "0") == "1",
+                   help="this node runs MPS: also set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    g.add_argument("--inventory-every", type=float, default=float(_env("inventory-every", "5")),
+                   help="seconds between NVML health probes of the cards (5)")
+    g.add_argument("--slice-resync", type=float, default=float(_env("slice-resync", "10")),
+                   help="seconds between checks that the ResourceSlice is still there (10)")
+    g.add_argument("--simulated-gpus", type=Path, default=_env("simulated-gpus", "") or None,
+                   help="serve these simulated cards (JSON) instead of NVML: tests and demos only")
+    g.add_argument("--catalog", default=_env("catalog", "") or None, help="product catalog (default: built-in)")
+
+
+@dataclass
+class NodeSide:
+    """The running node side (for health, metrics and tests)."""
+
+    inventory: Inventory
+    stop: threading.Event
+    threads: list[threading.Thread] = field(default_factory=list)
+    dra: Any = None
+    slices: Any = None
+    device_plugins: Any = None
+    handoff: Any = None
+
+    def healthy(self) -> tuple[bool, str]:
+        if not self.inventory.published:
+            return False, f"inventory not published: {self.inventory.last_error}"
+        if self.slices is not None and not self.slices.synced:
+            return False, f"ResourceSlice not published: {self.slices.last_error}"
+        if self.device_plugins is not None and not self.device_plugins.healthy:
+            return False, f"device plugins: {self.device_plugins.last_error}"
+        return True, "ok"
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.dra is not None:
+            self.dra.stop()
+        for t in self.threads:
+            t.join(5.0)
+
+
+def _thread(side: NodeSide, name: str, target: Any, *args: Any) -> None:
+    t = threading.Thread(target=target, args=args, name=f"gpuslice-{name}", daemon=True)
+    t.start()
+    side.threads.append(t)
+
+
+def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_client: Any) -> NodeSide:
+    """Start the node side for ``args.node_name`` (see the module docstring)."""
+    from kubernetes import client
+
+    catalog = load_catalog(args.catalog)
+    api = KubeApi(api_client)
+    inventory = Inventory(source, KubeNodeAnnotator(client.CoreV1Api(api_client), args.node_name))
+    inventory.refresh(time.monotonic())  # the first publication before anything is offered
+    side = NodeSide(inventory, threading.Event())
+    lookup = RecordLookup(index, api)
+    writer = Writer(SpecDir(args.cdi_dir), inventory.minors, EditsConfig(mps=args.mps))
+    if args.dra:
+        from enforcement.dra.checkpoint import Checkpoint
+        from enforcement.dra.plugin import DraDriver, DraServer
+        from enforcement.dra.slices import SlicePublisher
+
+        side.slices = SlicePublisher(api, args.node_name, catalog)
+        inventory.subscribe(side.slices.update)
+        _thread(side, "resourceslice", side.slices.run, side.stop, args.slice_resync)
+        driver = DraDriver(api, lookup, writer, Checkpoint(args.state_dir / "dra-checkpoint.json"), args.node_name)
+        side.dra = DraServer(driver, args.kubelet_dir).start()
+    if args.device_plugin:
+        from enforcement.deviceplugin.handoff import PodResourcesClient, TokenHandoff
+        from enforcement.deviceplugin.plugin import DevicePlugins, ProductPlugin
+
+        resources = [p.resource for p in catalog.products]
+        lister = PodResourcesClient(args.kubelet_dir / "pod-resources" / "kubelet.sock")
+        side.handoff = TokenHandoff(lister.held, lookup, writer, resources)
+        plugin_dir = args.kubelet_dir / "device-plugins"
+        plugins = [ProductPlugin(p, catalog, side.handoff, plugin_dir, inventory.cards) for p in catalog.products]
+        side.device_plugins = DevicePlugins(plugins, plugin_dir)
+        inventory.subscribe(side.device_plugins.update)
+        _thread(side, "token-handoff", side.handoff.run, side.stop)
+        _thread(side, "device-plugins", side.device_plugins.run, side.stop)
+    _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
+    log.info("node side on %s: %d card(s), DRA %s, device plugin %s", args.node_name, len(inventory.cards()),
+             "on" if args.dra else "off", "on" if args.device_plugin else "off")
+    return side
+
+
+def open_simulated(path: Path) -> Any:
+    """A PynvmlBackend over simulated cards (``--simulated-gpus``)."""
+    from enforcement.nvml import PynvmlBackend
+    from enforcement.simnode import SimulatedCards
+
+    return PynvmlBackend(SimulatedCards(path)).open()
