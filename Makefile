@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test e2e bench lint typecheck check clean interposer
+.PHONY: demo test e2e e2e-node bench lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,11 +19,15 @@ demo: $(STAMP)
 
 ## test: the whole test suite but the end-to-end one (unit, property, wire, gunicorn)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests --ignore=tests/e2e
+	$(BIN)/python -m pytest -q tests --ignore=tests/e2e --ignore=tests/e2e_node
 
 ## e2e: real etcd + kube-apiserver + kube-scheduler, built from pinned sources (cached)
 e2e: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e
+
+## e2e-node: a real kubelet on containerd 2.x + runc (root, real cgroups), the agent on its sockets
+e2e-node: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e_node
 
 ## bench: speed figures printed as ratios measured in one run (never asserted in tests)
 bench: $(STAMP)

@@ -147,9 +147,14 @@ class Inventory:
         with self._lock:
             return self.annotator is None or self._published == encode(self._cards)
 
-    def refresh(self, now: float) -> bool:
-        """Re-read the cards; publish when they changed (or every ``resync_s``); True on change."""
+    def refresh(self, now: float, stop: threading.Event | None = None) -> bool:
+        """Re-read the cards; publish when they changed (or every ``resync_s``); True on change.
+
+        A read that ``stop`` overtook is dropped: NVML shut down under it, the cards did not fail.
+        """
         cards = read_cards(self.source)
+        if stop is not None and stop.is_set():
+            return False
         with self._lock:
             changed = cards != self._cards
             self._cards = cards
@@ -185,7 +190,7 @@ class Inventory:
         """Refresh every ``refresh_s`` until ``stop`` is set (run it in a thread)."""
         while not stop.is_set():
             try:
-                self.refresh(clock())
+                self.refresh(clock(), stop)
             except Exception as e:  # NVML itself gone: say so and keep trying
                 log.warning("inventory refresh failed: %s", e)
             stop.wait(refresh_s)

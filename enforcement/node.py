@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("kubelet plugins (hand each container its slice)")
     g.add_argument("--kubelet-dir", type=Path, default=Path(_env("kubelet-dir", "/var/lib/kubelet")),
                    help="the kubelet's root directory (plugin, device plugin and pod-resources sockets)")
+    g.add_argument("--device-plugin-dir", type=Path, default=_env("device-plugin-dir", "") or None,
+                   help="the kubelet's device plugin directory (default <kubelet-dir>/device-plugins; the kubelet "
+                        "itself always uses /var/lib/kubelet/device-plugins, whatever its --root-dir)")
     g.add_argument("--cdi-dir", type=Path, default=Path(_env("cdi-dir", "/var/run/cdi")),
                    help="the container runtime's dynamic CDI spec directory")
     g.add_argument("--state-dir", type=Path, default=Path(_env("state-dir", "/var/lib/gpuslice-agent")),
@@ -96,15 +99,16 @@ def _thread(side: NodeSide, name: str, target: Any, *args: Any) -> None:
     side.threads.append(t)
 
 
-def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_client: Any) -> NodeSide:
-    """Start the node side for ``args.node_name`` (see the module docstring)."""
+def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_client: Any,
+          stop: threading.Event) -> NodeSide:
+    """Start the node side for ``args.node_name`` (see the module docstring); ``stop`` ends it."""
     from kubernetes import client
 
     catalog = load_catalog(args.catalog)
     api = KubeApi(api_client)
     inventory = Inventory(source, KubeNodeAnnotator(client.CoreV1Api(api_client), args.node_name))
     inventory.refresh(time.monotonic())  # the first publication before anything is offered
-    side = NodeSide(inventory, threading.Event())
+    side = NodeSide(inventory, stop)
     lookup = RecordLookup(index, api)
     writer = Writer(SpecDir(args.cdi_dir), inventory.minors, EditsConfig(mps=args.mps))
     if args.dra:
@@ -124,7 +128,7 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
         resources = [p.resource for p in catalog.products]
         lister = PodResourcesClient(args.kubelet_dir / "pod-resources" / "kubelet.sock")
         side.handoff = TokenHandoff(lister.held, lookup, writer, resources)
-        plugin_dir = args.kubelet_dir / "device-plugins"
+        plugin_dir = args.device_plugin_dir or args.kubelet_dir / "device-plugins"
         plugins = [ProductPlugin(p, catalog, side.handoff, plugin_dir, inventory.cards) for p in catalog.products]
         side.device_plugins = DevicePlugins(plugins, plugin_dir)
         inventory.subscribe(side.device_plugins.update)

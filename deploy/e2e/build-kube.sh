@@ -19,7 +19,7 @@ DEST="${CACHE_ROOT}/${KUBE_VERSION}-${ETCD_VERSION}"
 BINARIES=(etcd kube-apiserver kube-scheduler)
 
 # `build-kube.sh node` builds the real node on top (make e2e-node): kubelet from the same pinned
-# sources into the same bin dir, and containerd + ctr into a dir of their own. Each is an extra
+# sources into the same bin dir, and containerd, ctr and the runc shim into a dir of their own. Each is an extra
 # file, renamed into place, so the control plane binaries others use are never rebuilt or moved.
 WANT_NODE=0
 [[ "${1:-}" == "node" ]] && WANT_NODE=1
@@ -36,7 +36,8 @@ have_all() {
 
 have_node() {
   [[ "${WANT_NODE}" == 0 ]] ||
-    { [[ -x "${DEST}/bin/kubelet" && -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" ]]; }
+    { [[ -x "${DEST}/bin/kubelet" && -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" &&
+      -x "${CONTAINERD_DEST}/bin/containerd-shim-runc-v2" ]]; }
 }
 
 done_msg() {
@@ -187,7 +188,8 @@ if [[ "${WANT_NODE}" == 1 && ! -x "${DEST}/bin/kubelet" ]]; then
   mv "${WORK}/kubelet" "${DEST}/bin/kubelet"  # one extra file: the control plane is untouched
   log "built ${DEST}/bin/kubelet"
 fi
-if [[ "${WANT_NODE}" == 1 && ! ( -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" ) ]]; then
+if [[ "${WANT_NODE}" == 1 && ! ( -x "${CONTAINERD_DEST}/bin/containerd" && -x "${CONTAINERD_DEST}/bin/ctr" &&
+      -x "${CONTAINERD_DEST}/bin/containerd-shim-runc-v2" ) ]]; then
   log "downloading github.com/containerd/containerd/v2@${CONTAINERD_VERSION}"
   CSRC="$(module_dir "github.com/containerd/containerd/v2@${CONTAINERD_VERSION}")"
   writable_copy "${CSRC}" "${WORK}/containerd"
@@ -198,7 +200,7 @@ if [[ "${WANT_NODE}" == 1 && ! ( -x "${CONTAINERD_DEST}/bin/containerd" && -x "$
   (cd "${WORK}/containerd" &&
     "${GO}" build -trimpath -tags "no_btrfs no_devmapper no_zfs" \
       -ldflags "-s -w -X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION}" \
-      -o "${WORK}/containerd-out/bin/" ./cmd/containerd ./cmd/ctr)
+      -o "${WORK}/containerd-out/bin/" ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2)
   rm -rf "${CONTAINERD_DEST}"
   mv "${WORK}/containerd-out" "${CONTAINERD_DEST}"
   log "built into ${CONTAINERD_DEST}/bin"

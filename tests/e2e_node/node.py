@@ -1,0 +1,283 @@
+"""A real node for the end-to-end suite: containerd 2.x (CDI on) + runc + kubelet, all in a temp dir.
+
+Built by ``deploy/e2e/build-kube.sh node`` (kubelet from the same pinned sources as the control
+plane, containerd from its Go module); runc and the CNI plugins come from Debian (``.ci/run``
+installs them). Images are made here: a static busybox from Debian's ``busybox-static`` in one
+layer, packed as an OCI archive and imported with ``ctr images import`` (no registry anywhere).
+
+Needs root and real cgroups (v1 here, with the cgroupfs driver: PID 1 is not systemd). Everything
+is killed by PID and every mount under the temp dir is unmounted on :meth:`RealNode.stop`, also at
+interpreter exit, so a failed run leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+from tests.e2e.cluster import ControlPlane, _Process, free_port, tail, wait_for
+
+BUSYBOX = Path("/bin/busybox")
+IMAGE = "docker.io/library/e2e-busybox:1"
+PAUSE = "docker.io/library/e2e-pause:1"
+APPLETS = ("sh", "sleep", "env", "cat", "echo", "true")
+RUNC = "/usr/sbin/runc"
+# The kubelet's device manager always serves here, whatever its --root-dir: one real node per machine.
+DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
+CNI_BIN = "/usr/lib/cni"
+
+
+class NodeError(RuntimeError):
+    pass
+
+
+def _blob(data: bytes) -> tuple[str, int]:
+    return "sha256:" + hashlib.sha256(data).hexdigest(), len(data)
+
+
+def busybox_layer() -> bytes:
+    """One gzipped tar layer: /bin/busybox and applet links, /tmp, /etc/passwd."""
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for d in ("bin", "tmp", "etc", "proc", "sys", "dev"):
+            info = tarfile.TarInfo(d)
+            info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
+            tar.addfile(info)
+        tar.add(str(BUSYBOX), arcname="bin/busybox")
+        for applet in APPLETS:
+            info = tarfile.TarInfo(f"bin/{applet}")
+            info.type, info.linkname = tarfile.SYMTYPE, "busybox"
+            tar.addfile(info)
+        passwd = b"root:x:0:0:root:/:/bin/sh\n"
+        info = tarfile.TarInfo("etc/passwd")
+        info.size = len(passwd)
+        tar.addfile(info, io.BytesIO(passwd))
+    return gzip.compress(raw.getvalue(), mtime=0)
+
+
+def oci_archive(path: Path, name: str, cmd: list[str]) -> None:
+    """Write an OCI image layout tar holding one image ``name`` running ``cmd``."""
+    layer = busybox_layer()
+    diff_id = "sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest()
+    config = json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Cmd": cmd, "Env": ["PATH=/bin"], "WorkingDir": "/"},
+        "rootfs": {"type": "layers", "diff_ids": [diff_id]},
+    }).encode()
+    config_digest, config_size = _blob(config)
+    layer_digest, layer_size = _blob(layer)
+    manifest = json.dumps({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest,
+                   "size": config_size},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": layer_digest,
+                    "size": layer_size}],
+    }).encode()
+    manifest_digest, manifest_size = _blob(manifest)
+    index = json.dumps({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+        "size": manifest_size, "annotations": {"io.containerd.image.name": name,
+                                               "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]},
+    }]}).encode()
+    with tarfile.open(path, "w") as tar:
+        for arcname, data in [("oci-layout", b'{"imageLayoutVersion":"1.0.0"}'), ("index.json", index),
+                              (f"blobs/sha256/{config_digest[7:]}", config),
+                              (f"blobs/sha256/{layer_digest[7:]}", layer),
+                              (f"blobs/sha256/{manifest_digest[7:]}", manifest)]:
+            info = tarfile.TarInfo(arcname)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+
+def containerd_config(default: str, root: Path) -> str:
+    """containerd's own default config, moved into ``root``, with CDI dir, runc, CNI, local pause."""
+    subs = [
+        ("root = '/var/lib/containerd'", f"root = '{root}/containerd/root'"),
+        ("state = '/run/containerd'", f"state = '{root}/containerd/state'"),
+        ("address = '/run/containerd/containerd.sock'", f"address = '{root}/containerd/containerd.sock'"),
+        ("sandbox = 'registry.k8s.io/pause:3.10.1'", f"sandbox = '{PAUSE}'"),
+        # this sandbox's root lacks CAP_SYS_RESOURCE: a negative oom_score_adj is refused
+        ("restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
+        ("cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']", f"cdi_spec_dirs = ['{root}/cdi']"),
+        ("BinaryName = ''", f"BinaryName = '{RUNC}'"),
+        ("bin_dirs = ['/opt/cni/bin']", f"bin_dirs = ['{CNI_BIN}']"),
+        ("conf_dir = '/etc/cni/net.d'", f"conf_dir = '{root}/cni'"),
+        ("socket_path = '/var/run/nri/nri.sock'", f"socket_path = '{root}/nri.sock'"),
+        ("imports = ['/etc/containerd/conf.d/*.toml']", "imports = []"),
+    ]
+    text = default
+    for old, new in subs:
+        if old not in text:
+            raise NodeError(f"containerd default config changed: {old!r} not found")
+        text = text.replace(old, new)
+    return text.replace("[plugins.'io.containerd.nri.v1.nri']\n    disable = false",
+                        "[plugins.'io.containerd.nri.v1.nri']\n    disable = true")
+
+
+class RealNode:
+    """containerd + kubelet registered as ``name`` with ``cp``; see the module docstring."""
+
+    def __init__(self, cp: ControlPlane, kube_bin: Path, containerd_bin: Path, name: str = "e2e-node") -> None:
+        self.cp = cp
+        self.name = name
+        self.kube_bin = kube_bin
+        self.containerd_bin = containerd_bin
+        self.root = Path(tempfile.mkdtemp(prefix="gpuslice-node-"))
+        self.kubelet_dir = self.root / "kubelet"
+        self.cdi_dir = self.root / "cdi"
+        self.pod_logs = self.root / "pod-logs"
+        self.sock = self.root / "containerd" / "containerd.sock"
+        self._containerd: _Process | None = None
+        self._kubelet: _Process | None = None
+        self.kubelet_log = self.root / "kubelet.log"
+        self._made_kubelet_dir = not DEVICE_PLUGINS.parent.exists()
+        self.containerd_log = self.root / "containerd.log"
+        atexit.register(self.stop)
+
+    # ---- set-up ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        for d in (self.kubelet_dir, self.cdi_dir, self.pod_logs, self.root / "cni"):
+            d.mkdir(parents=True, exist_ok=True)
+        default = subprocess.run([str(self.containerd_bin / "containerd"), "config", "default"], check=True,
+                                 capture_output=True, text=True).stdout
+        (self.root / "containerd.toml").write_text(containerd_config(default, self.root))
+        (self.root / "cni" / "10-e2e.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "e2e", "plugins": [
+                {"type": "bridge", "bridge": "gpuslice-e2e0", "isGateway": True, "ipMasq": False,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.77.0/24"}]]}},
+                {"type": "loopback"}]}))
+        self.start_containerd()
+        for image, cmd in ((IMAGE, ["/bin/sh"]),
+                           (PAUSE, ["/bin/sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"])):
+            archive = self.root / f"{image.rsplit('/', 1)[1].replace(':', '-')}.tar"
+            oci_archive(archive, image, cmd)
+            self.ctr("images", "import", "--local", str(archive))
+        self.start_kubelet()
+
+    def ctr(self, *args: str) -> str:
+        out = subprocess.run([str(self.containerd_bin / "ctr"), "--address", str(self.sock), "-n", "k8s.io", *args],
+                             capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise NodeError(f"ctr {' '.join(args)} failed: {out.stderr.strip()}")
+        return out.stdout
+
+    def start_containerd(self) -> None:
+        env_path = f"{self.containerd_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+        os.environ["PATH"] = env_path  # containerd finds its shim on PATH
+        self._containerd = _Process("containerd", [str(self.containerd_bin / "containerd"), "--config",
+                                                   str(self.root / "containerd.toml")], self.containerd_log)
+        wait_for(lambda: self.sock.exists() and self._ctr_ok(), 60, what="containerd")
+
+    def _ctr_ok(self) -> bool:
+        if self._containerd is not None and not self._containerd.alive():
+            raise NodeError(f"containerd exited:\n{tail(self.containerd_log, 30)}")
+        try:
+            self.ctr("version")
+        except NodeError:
+            return False
+        return True
+
+    def start_kubelet(self) -> None:
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "cgroupDriver": "cgroupfs", "failSwapOn": False, "failCgroupV1": False,
+            "localStorageCapacityIsolation": False, "enforceNodeAllocatable": [],
+            "containerRuntimeEndpoint": f"unix://{self.sock}",
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False},
+                               "x509": {"clientCAFile": str(self.cp.ca_cert)}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "podLogsDir": str(self.pod_logs),
+            "staticPodPath": "", "syncFrequency": "10s", "fileCheckFrequency": "20s",
+            "nodeStatusUpdateFrequency": "2s", "imageGCHighThresholdPercent": 100,
+            "evictionHard": {}, "evictionPressureTransitionPeriod": "1s",
+            "port": free_port(), "readOnlyPort": 0, "healthzPort": free_port(), "healthzBindAddress": "127.0.0.1",
+            "address": "127.0.0.1", "serializeImagePulls": False,
+        }
+        (self.root / "kubelet.yaml").write_text(json.dumps(config, indent=1))
+        argv = [str(self.kube_bin / "kubelet"), f"--config={self.root / 'kubelet.yaml'}",
+                f"--kubeconfig={self.cp.kubeconfig}", f"--root-dir={self.kubelet_dir}",
+                f"--hostname-override={self.name}", f"--cert-dir={self.root / 'pki'}", "--node-ip=127.0.0.1", "--v=3"]
+        self._kubelet = _Process("kubelet", argv, self.kubelet_log)
+
+    def stop_kubelet(self) -> None:
+        if self._kubelet is not None:
+            self._kubelet.stop(grace=15)
+            self._kubelet = None
+
+    def restart_kubelet(self) -> None:
+        self.stop_kubelet()
+        self.start_kubelet()
+
+    def kubelet_alive(self) -> bool:
+        if self._kubelet is None or not self._kubelet.alive():
+            raise NodeError(f"kubelet not running:\n{tail(self.kubelet_log, 40)}")
+        return True
+
+    # ---- reading ---------------------------------------------------------------------------------
+    def container_log(self, namespace: str, pod: str, uid: str, container: str = "main") -> str:
+        """The container's log file, read where the kubelet writes it (no kubelet serving cert here)."""
+        d = self.pod_logs / f"{namespace}_{pod}_{uid}" / container
+        files = sorted(d.glob("*.log")) if d.is_dir() else []
+        return "".join(f.read_text(errors="replace") for f in files)
+
+    def logs(self, lines: int = 40) -> str:
+        return (f"---- kubelet ----\n{tail(self.kubelet_log, lines)}\n"
+                f"---- containerd ----\n{tail(self.containerd_log, lines)}")
+
+    # ---- clean-up --------------------------------------------------------------------------------
+    def stop(self) -> None:
+        """Kill the kubelet, every container, containerd; unmount and remove the temp dir."""
+        self.stop_kubelet()
+        if self._containerd is not None and self._containerd.alive():
+            with contextlib.suppress(Exception):
+                for task in self.ctr("tasks", "ls", "-q").split():
+                    subprocess.run([str(self.containerd_bin / "ctr"), "--address", str(self.sock), "-n", "k8s.io",
+                                    "tasks", "kill", "-s", "SIGKILL", task], capture_output=True, timeout=10)
+            time.sleep(0.5)
+            self._containerd.stop(grace=10)
+        self._containerd = None
+        _kill_shims(self.root)
+        _unmount_under(self.root)
+        keep = os.environ.get("GPUSLICE_E2E_LOGS")  # a directory to keep the node's logs in
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            for log in (self.kubelet_log, self.containerd_log):
+                with contextlib.suppress(OSError):
+                    shutil.copy(log, Path(keep) / log.name)
+        subprocess.run(["ip", "link", "delete", "gpuslice-e2e0"], capture_output=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+        # the device manager's socket and checkpoint (and our plugins' sockets) at the fixed path
+        shutil.rmtree(DEVICE_PLUGINS, ignore_errors=True)
+        if self._made_kubelet_dir:
+            shutil.rmtree(DEVICE_PLUGINS.parent, ignore_errors=True)
+
+
+def _kill_shims(root: Path) -> None:
+    """containerd-shim-runc-v2 processes of this node outlive containerd: kill them by PID."""
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "containerd-shim-runc-v2" in cmdline and str(root) in cmdline:
+            with contextlib.suppress(OSError):
+                os.kill(int(proc.name), 9)
+
+
+def _unmount_under(root: Path) -> None:
+    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
+    for m in sorted((m for m in mounts if m.startswith(str(root))), key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True)

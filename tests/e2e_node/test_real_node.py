@@ -1,0 +1,324 @@
+"""gpuslice on a real kubelet with containerd: each container gets exactly its record's card and caps.
+
+Scenarios (the figures are printed, and saved to ``$GPUSLICE_E2E_TIMINGS`` when set):
+
+1. a pod asking by DRA claim and one by extended resource reach Running, and each container's
+   environment (its log) holds exactly its record's UUID and its product's caps; an
+   annotation-only pod is bound but gets no hand-off (no kubelet plugin sees it: strict xfail);
+2. two pods with identical requests are admitted by the kubelet in the opposite order to their
+   binds, and each still gets its own card;
+3. the agent is restarted between prepare and unprepare, the kubelet while pods run: nothing is
+   prepared twice and nothing is lost;
+4. delete -> the next queued pod Running (p50/p99), with the claim or token handed back;
+5. a card withdrawn from the inventory gets nothing new.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from packing.record import AllocationRecord
+from tests.e2e import gpuslice_harness as h
+from tests.e2e.cluster import create_namespace, wait_for
+
+from .conftest import CARDS, NODE, Agent, _inventory
+from .node import IMAGE, RealNode
+
+pytestmark = pytest.mark.e2e
+HOLD = "e2e.gpuslice.io/hold"
+CAPS = {"v100-25": ("8192", "25"), "v100-50": ("16384", "50"), "v100-100": ("32768", "100")}
+FIGURES: dict[str, Any] = {}
+
+
+def note(key: str, value: Any) -> None:
+    FIGURES[key] = value
+    print(f"[gpuslice e2e-node] {key}: {value}")
+    path = os.environ.get("GPUSLICE_E2E_TIMINGS")
+    if path:
+        Path(path).write_text(json.dumps(FIGURES, indent=1) + "\n")
+
+
+def pod(name: str, product: str, how: str, claim: str | None = None, hold: bool = False) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
+        "command": ["sh", "-c", "env; trap 'exit 0' TERM; while :; do sleep 1; done"],
+        "resources": {"requests": {"cpu": "10m"}},
+    }
+    meta: dict[str, Any] = {"name": name}
+    spec: dict[str, Any] = {"containers": [container], "hostNetwork": True, "terminationGracePeriodSeconds": 1,
+                            "tolerations": [{"operator": "Exists"}]}
+    if how == "resource":
+        container["resources"] = {"requests": {"cpu": "10m", f"gpuslice.io/{product}": "1"},
+                                  "limits": {f"gpuslice.io/{product}": "1"}}
+    elif how == "annotation":
+        meta["annotations"] = {"gpuslice.io/product": product}
+    elif how == "dra":
+        assert claim is not None
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": claim}]
+        container["resources"]["claims"] = [{"name": "gpu"}]
+    if hold:
+        spec["schedulingGates"] = [{"name": HOLD}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def claim(kube: Kube, ns: str, name: str, product: str) -> None:
+    kube.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "slice", "exactly": {
+            "deviceClassName": f"{product}.gpuslice.io", "allocationMode": "ExactCount", "count": 1}}]}}})
+
+
+def running(kube: Kube, ns: str, name: str, timeout: float = 90.0) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        p = kube.get_pod(ns, name)
+        phase = (p or {}).get("status", {}).get("phase")
+        if phase == "Failed":
+            raise AssertionError(f"pod {ns}/{name} failed: {(p or {}).get('status')}")
+        return p if phase == "Running" else None
+
+    got: dict[str, Any] = wait_for(check, timeout, interval=0.05, what=f"pod {ns}/{name} Running")
+    return got
+
+
+def container_env(node: RealNode, p: dict[str, Any], timeout: float = 30.0) -> dict[str, str]:
+    meta = p["metadata"]
+
+    def read() -> dict[str, str] | None:
+        text = node.container_log(meta["namespace"], meta["name"], meta["uid"])
+        env: dict[str, str] = {}
+        for line in text.splitlines():
+            parts = line.split(" ", 3)  # CRI log format: <time> <stream> <tag> <line>
+            if len(parts) == 4 and "=" in parts[3]:
+                key, _, value = parts[3].partition("=")
+                env[key] = value
+        return env if "PATH" in env else None
+
+    got: dict[str, str] = wait_for(read, timeout, interval=0.1, what=f"the log of {meta['name']}")
+    return got
+
+
+def assert_handed(node: RealNode, p: dict[str, Any]) -> AllocationRecord:
+    rec = h.record(p)
+    assert rec is not None and rec.node == NODE, f"{p['metadata']['name']} has no record for {NODE}"
+    assert set(rec.gpus) <= {c["uuid"] for c in CARDS}, f"record names non-NVML ids: {rec.gpus}"
+    env = container_env(node, p)
+    mib, percent = CAPS[str(rec.product)]
+    assert env.get("NVIDIA_VISIBLE_DEVICES") == ",".join(rec.gpus), env
+    assert env.get("GPUSLICE_SLICE_MEMORY_MIB") == mib == str(rec.memory_mib)
+    assert env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mib}M"
+    assert env.get("GPUSLICE_SLICE_SHARE_PERCENT") == percent
+    assert env.get("GPUSLICE_POD_UID") == p["metadata"]["uid"]
+    return rec
+
+
+@pytest.fixture
+def ns(gs: h.Gpuslice, node: RealNode, agent: Agent, request: pytest.FixtureRequest) -> Any:
+    name = create_namespace(gs.cp.api_client(), "node")
+    failed = request.session.testsfailed
+    yield name
+    if request.session.testsfailed > failed:
+        print(agent.tail(80), node.logs(60), gs.logs())
+    for p in h.pods(gs.kube, name):
+        h.delete_now(gs.kube, name, p["metadata"]["name"])
+    wait_for(lambda: not _node_pods(gs.kube, name), 60, what=f"the pods of {name} to go")
+
+
+def _node_pods(kube: Kube, ns: str) -> list[dict[str, Any]]:
+    return h.pods(kube, ns)
+
+
+# ---- 1 ---------------------------------------------------------------------------------------------
+
+def test_dra_and_extended_resource_pods_get_their_card_and_caps(gs: h.Gpuslice, node: RealNode, agent: Agent,
+                                                                ns: str) -> None:
+    kube = gs.kube
+    inv = _inventory(kube)
+    assert inv is not None and [c["uuid"] for c in inv] == [c["uuid"] for c in CARDS]
+    assert all(c["model"] == "Tesla-V100-SXM2-32GB" and c["memory_mib"] == 32768 and c["healthy"] for c in inv)
+    claim(kube, ns, "half", "v100-50")
+    h.create_pod(kube, ns, pod("by-claim", "v100-50", "dra", claim="half"))
+    h.create_pod(kube, ns, pod("by-resource", "v100-25", "resource"))
+    by_claim, by_resource = running(kube, ns, "by-claim"), running(kube, ns, "by-resource")
+    rec_claim, rec_resource = assert_handed(node, by_claim), assert_handed(node, by_resource)
+    assert rec_claim.product == "v100-50" and rec_resource.product == "v100-25"
+    c = kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/half")
+    spec_path = node.cdi_dir / f"gpuslice.io-slice_claim-{c['metadata']['uid']}.json"
+    doc = json.loads(spec_path.read_text())
+    assert doc["annotations"]["gpuslice.io/pod-uid"] == by_claim["metadata"]["uid"]
+    note("handed_pods", {"dra": rec_claim.gpus, "resource": rec_resource.gpus})
+
+
+@pytest.mark.xfail(strict=True, reason="an annotation-only pod reaches no kubelet plugin: its hand-off needs "
+                   "containerd NRI, which is not built (see enforcement/README.md)")
+def test_annotation_pod_gets_its_card(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
+    h.create_pod(gs.kube, ns, pod("by-annotation", "v100-25", "annotation"))
+    p = running(gs.kube, ns, "by-annotation")
+    assert_handed(node, p)
+
+
+# ---- 2 ---------------------------------------------------------------------------------------------
+
+def _admission_order(node: RealNode, uids: set[str]) -> list[str]:
+    order: list[str] = []
+    for line in node.kubelet_log.read_text(errors="replace").splitlines():
+        if "Need devices to allocate for pod" in line:
+            m = re.search(r'podUID="([0-9a-f-]+)"', line)
+            if m and m.group(1) in uids and m.group(1) not in order:
+                order.append(m.group(1))
+    return order
+
+
+def test_opposite_admission_order_still_gives_each_pod_its_card(gs: h.Gpuslice, node: RealNode, agent: Agent,
+                                                               ns: str) -> None:
+    kube = gs.kube
+    node.stop_kubelet()
+    try:
+        h.create_pod(kube, ns, pod("first-created", "v100-100", "resource", hold=True))
+        # the queue reserves its card and lifts its own gate; our hold keeps it from being bound
+        wait_for(lambda: [g["name"] for g in kube.get_pod(ns, "first-created")["spec"].get("schedulingGates", [])]
+                 == [HOLD], 30, what="first-created admitted by the queue")
+        time.sleep(1.1)  # creation timestamps have second resolution
+        h.create_pod(kube, ns, pod("second-created", "v100-100", "resource"))
+        second = h.wait_bound(kube, ns, "second-created", timeout=30)
+        kube.patch_pod(ns, "first-created", {"spec": {"schedulingGates": []}}, MERGE_PATCH)
+        first = h.wait_bound(kube, ns, "first-created", timeout=30)
+    finally:
+        node.start_kubelet()
+    bind_order = ["second-created", "first-created"]  # bound while the kubelet was down
+    a, b = running(kube, ns, "first-created", 120), running(kube, ns, "second-created", 120)
+    uids = {a["metadata"]["uid"]: "first-created", b["metadata"]["uid"]: "second-created"}
+    admitted = [uids[u] for u in _admission_order(node, set(uids))]
+    assert admitted == ["first-created", "second-created"], f"kubelet admission order {admitted}"
+    assert admitted == list(reversed(bind_order))
+    rec_a, rec_b = assert_handed(node, a), assert_handed(node, b)
+    assert rec_a.gpus != rec_b.gpus, "two whole cards on one card"
+    assert h.record(first) == rec_a and h.record(second) == rec_b
+    note("opposite_order", {"bound": bind_order, "admitted": admitted, "cards": [rec_a.gpus, rec_b.gpus],
+                            "token_card_mismatches_so_far": _agent_metric(agent, "mismatch")})
+
+
+def _agent_metric(agent: Agent, word: str) -> int:
+    return sum(1 for line in agent.tail(10_000).splitlines() if word in line)
+
+
+# ---- 3 ---------------------------------------------------------------------------------------------
+
+def test_agent_and_kubelet_restarts_prepare_nothing_twice_and_lose_nothing(gs: h.Gpuslice, node: RealNode,
+                                                                         agent: Agent, ns: str) -> None:
+    kube = gs.kube
+    claim(kube, ns, "quarter", "v100-25")
+    h.create_pod(kube, ns, pod("dra-pod", "v100-25", "dra", claim="quarter"))
+    h.create_pod(kube, ns, pod("dp-pod", "v100-25", "resource"))
+    dra_pod, dp_pod = running(kube, ns, "dra-pod"), running(kube, ns, "dp-pod")
+    claim_uid = kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/quarter")[
+        "metadata"]["uid"]
+    spec_path = node.cdi_dir / f"gpuslice.io-slice_claim-{claim_uid}.json"
+    assert spec_path.exists()
+    checkpoint = Path(agent.argv[agent.argv.index("--state-dir") + 1]) / "dra-checkpoint.json"
+    assert claim_uid in json.loads(checkpoint.read_text())["claims"]
+
+    agent.restart(kill=True)  # SIGKILL: nothing cleaned up
+    wait_for(lambda: (node.kubelet_dir / "plugins_registry" / "gpuslice.io-reg.sock").exists(), 30,
+             what="the DRA plugin back")
+    node.restart_kubelet()
+    wait_for(lambda: node.kubelet_alive() and _ready_again(kube), 90, what="the kubelet back")
+    time.sleep(5)  # the kubelet re-syncs its pods (and would re-prepare, were it going to)
+    for name, before in (("dra-pod", dra_pod), ("dp-pod", dp_pod)):
+        now = kube.get_pod(ns, name)
+        assert now is not None and now["status"]["phase"] == "Running"
+        assert now["metadata"]["uid"] == before["metadata"]["uid"]
+        restarts = [s["restartCount"] for s in now["status"]["containerStatuses"]]
+        assert restarts == [0], f"{name} containers restarted: {restarts}"
+    log = agent.log.read_text()
+    assert log.count(f"prepared claim {ns}/quarter ") == 1, "the claim was prepared twice"
+    assert spec_path.exists() and claim_uid in json.loads(checkpoint.read_text())["claims"]
+
+    h.delete_now(kube, ns, "dra-pod")
+    wait_for(lambda: not spec_path.exists(), 60, what="the claim's CDI spec removed by NodeUnprepareResources")
+    wait_for(lambda: claim_uid not in json.loads(checkpoint.read_text())["claims"], 10, what="checkpoint entry gone")
+    assert agent.log.read_text().count(f"unprepared claim {ns}/quarter ") == 1
+    note("restarts", {"prepared_once": True, "unprepared_after_restarts": True})
+
+
+def _ready_again(kube: Kube) -> bool:
+    n = kube.get(f"/api/v1/nodes/{NODE}") or {}
+    for c in (n.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return bool(c.get("status") == "True")
+    return False
+
+
+# ---- 4 ---------------------------------------------------------------------------------------------
+
+def test_delete_to_next_queued_pod_running(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
+    kube = gs.kube
+    rounds = 8
+    for i in range(len(CARDS)):
+        h.create_pod(kube, ns, pod(f"hold-{i}", "v100-100", "resource"))
+    for i in range(len(CARDS)):
+        running(kube, ns, f"hold-{i}")
+    for i in range(rounds):
+        h.create_pod(kube, ns, pod(f"next-{i}", "v100-100", "resource"))
+        time.sleep(1.05)  # an unambiguous line order
+    live = [f"hold-{i}" for i in range(len(CARDS))]
+    samples: list[float] = []
+    for i in range(rounds):
+        victim = live.pop(0)
+        started = time.monotonic()
+        h.delete_now(kube, ns, victim)
+        p = running(kube, ns, f"next-{i}", 120)
+        samples.append(time.monotonic() - started)
+        assert_handed(node, p)
+        live.append(f"next-{i}")
+    samples.sort()
+    p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
+    note("delete_to_running_s", {"samples": [round(s, 2) for s in samples], "p50": round(statistics.median(samples), 2),
+                                 "p99": round(p99, 2), "n": rounds})
+
+
+# ---- 5 ---------------------------------------------------------------------------------------------
+
+def test_withdrawn_card_gets_nothing_new(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
+    kube = gs.kube
+    lost = CARDS[0]["uuid"]
+    agent.set_lost(lost)
+    try:
+        wait_for(lambda: any(c["uuid"] == lost and not c["healthy"] for c in _inventory(kube) or []), 30,
+                 what="the card withdrawn from the inventory")
+        wait_for(lambda: _slice_tokens(kube) == 2 * 7, 30, what="the ResourceSlice without the card's tokens")
+        for i in range(len(CARDS)):
+            h.create_pod(kube, ns, pod(f"after-{i}", "v100-100", "resource"))
+        time.sleep(1.0)
+        claim(kube, ns, "after-claim", "v100-25")
+        h.create_pod(kube, ns, pod("after-dra", "v100-25", "dra", claim="after-claim"))
+        placed = []
+        for name in ("after-0", "after-1", "after-dra"):
+            p = running(kube, ns, name, 90)
+            placed.append(assert_handed(node, p))
+        time.sleep(3)
+        third = kube.get_pod(ns, "after-2")
+        assert third is not None
+        rec = h.record(third)
+        assert rec is None or lost not in rec.gpus, f"after-2 placed on the withdrawn card {lost}"
+        assert all(lost not in r.gpus for r in placed)
+        note("withdrawn_card", {"placed": [r.gpus for r in placed], "third": h.node_of(third) or "Pending"})
+    finally:
+        agent.set_lost(lost, False)
+        wait_for(lambda: all(c["healthy"] for c in _inventory(kube) or [{}]), 30, what="the card back")
+
+
+def _slice_tokens(kube: Kube) -> int:
+    try:
+        s = kube.request("GET", f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-gpuslice.io")
+    except KubeError:
+        return -1
+    return len(s["spec"]["devices"])
