@@ -144,8 +144,10 @@ class ProductPlugin:
         self.devices.closed = False
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="gpuslice-dp"))
         deviceplugin_pb2_grpc.add_DevicePluginServicer_to_server(_Servicer(self), server)
-        if server.add_insecure_port(f"unix://{self.socket}") == 0:
-            raise OSError(f"cannot listen on {self.socket}")
+        try:
+            server.add_insecure_port(f"unix://{self.socket}")
+        except RuntimeError as e:  # grpc says only "failed to bind"; the usual cause is a path over 107 bytes
+            raise OSError(f"cannot listen on {self.socket} ({len(str(self.socket))} bytes): {e}") from e
         server.start()
         os.chmod(self.socket, 0o600)
         self._server = server

@@ -172,8 +172,10 @@ def _serve(socket: Path, add: Iterable[Any], workers: int = 4) -> grpc.Server:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpuslice-dra"))
     for register in add:
         register(server)
-    if server.add_insecure_port(f"unix://{socket}") == 0:
-        raise OSError(f"cannot listen on {socket}")
+    try:
+        server.add_insecure_port(f"unix://{socket}")
+    except RuntimeError as e:  # grpc says only "failed to bind"; the usual cause is a path over 107 bytes
+        raise OSError(f"cannot listen on {socket} ({len(str(socket))} bytes): {e}") from e
     server.start()
     os.chmod(socket, 0o600)  # only root (the kubelet) talks to us
     return server
