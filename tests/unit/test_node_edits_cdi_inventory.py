@@ -44,7 +44,8 @@ CDI_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False, "required": ["cdiVersion", "kind", "devices"],
     "properties": {
         "cdiVersion": {"type": "string", "pattern": r"^\d+\.\d+\.\d+$"},
-        "kind": {"type": "string", "pattern": r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"},
+        "kind": {"type": "string",
+                 "pattern": r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$"},
         "annotations": {"$ref": "#/definitions/annotations"},
         "containerEdits": {"$ref": "#/definitions/edits"},
         "devices": {"type": "array", "minItems": 1, "items": {

@@ -67,7 +67,8 @@ class MemoryApi:
         self.objects.pop(path, None)
 
 
-def managed_pod(name: str = "trainer", uid: str = POD_UID, gpu: str = GPU_A, product: str = "v100-25") -> dict[str, Any]:
+def managed_pod(name: str = "trainer", uid: str = POD_UID, gpu: str = GPU_A,
+                product: str = "v100-25") -> dict[str, Any]:
     milli, mib = {"v100-25": (250, 8192), "v100-50": (500, 16384)}[product]
     record = AllocationRecord(uid, NODE, (gpu,), product, milli, mib)
     return {"metadata": {"uid": uid, "name": name, "namespace": "ml", "annotations": {ANNOTATION: record.encode()}},
@@ -208,8 +209,8 @@ class FakeKubelet:
             def List(self, request: Any, context: Any) -> Any:
                 return podresources_pb2.ListPodResourcesResponse(pod_resources=outer.pods)
 
-        for sock, add, servicer in ((plugin_dir / "kubelet.sock", deviceplugin_pb2_grpc.add_RegistrationServicer_to_server,
-                                     Registration()),
+        registration = deviceplugin_pb2_grpc.add_RegistrationServicer_to_server
+        for sock, add, servicer in ((plugin_dir / "kubelet.sock", registration, Registration()),
                                     (pod_resources, podresources_pb2_grpc.add_PodResourcesListerServicer_to_server,
                                      Lister())):
             sock.parent.mkdir(parents=True, exist_ok=True)
