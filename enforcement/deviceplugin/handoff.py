@@ -136,6 +136,8 @@ class TokenHandoff:
             token = parse(token_id)
             if token is not None and token.uuid not in pod.record.gpus:
                 self.mismatches += 1
+                log.info("token %s names card %s, the record of %s/%s names %s: the record wins", token_id,
+                         token.uuid, pod.namespace, pod.name, ",".join(pod.record.gpus))
             since = pending.get(token_id)
             if since is not None:
                 self.latencies.append(self.clock() - since)
