@@ -6,9 +6,10 @@
 * the DRA plugin (``--dra``, on by default): ResourceSlice of token devices, registration,
   NodePrepareResources / NodeUnprepareResources, checkpoint;
 * the device plugin (``--device-plugin``, on by default): one resource per product, and the
-  token hand-off through PodResources.
+  token hand-off through PodResources;
+* the NRI plugin (``--nri``, on by default): the hand-off of pods that ask by annotation only.
 
-Both write CDI specs into ``--cdi-dir`` from the same container-edits core (``edits.py``).
+All three write CDI specs into ``--cdi-dir`` from the same container-edits core (``edits.py``).
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve the DRA kubelet plugin and publish the ResourceSlice (default on)")
     g.add_argument("--device-plugin", action=argparse.BooleanOptionalAction,
                    default=_env("device-plugin", "1") == "1", help="serve one device plugin per product (default on)")
+    g.add_argument("--nri", action=argparse.BooleanOptionalAction, default=_env("nri", "1") == "1",
+                   help="register an NRI plugin with the runtime: the hand-off of pods that ask by annotation")
+    g.add_argument("--nri-socket", type=Path, default=Path(_env("nri-socket", "/var/run/nri/nri.sock")),
+                   help="the runtime's NRI socket")
     g.add_argument("--mps", action="store_true", default=_env("mps", "0") == "1",
                    help="this node runs MPS: also set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
     g.add_argument("--inventory-every", type=float, default=float(_env("inventory-every", "5")),
@@ -75,6 +80,7 @@ class NodeSide:
     slices: Any = None
     device_plugins: Any = None
     handoff: Any = None
+    nri: Any = None
 
     def healthy(self) -> tuple[bool, str]:
         if not self.inventory.published:
@@ -83,6 +89,8 @@ class NodeSide:
             return False, f"ResourceSlice not published: {self.slices.last_error}"
         if self.device_plugins is not None and not self.device_plugins.healthy:
             return False, f"device plugins: {self.device_plugins.last_error}"
+        if self.nri is not None and not self.nri.connected.is_set():
+            return False, f"NRI plugin not registered: {self.nri.last_error}"
         return True, "ok"
 
     def close(self) -> None:
@@ -134,6 +142,11 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
         inventory.subscribe(side.device_plugins.update)
         _thread(side, "token-handoff", side.handoff.run, side.stop)
         _thread(side, "device-plugins", side.device_plugins.run, side.stop)
+    if args.nri:
+        from enforcement.nri import NriPlugin
+
+        side.nri = NriPlugin(args.nri_socket, writer, index, args.node_name)
+        _thread(side, "nri", side.nri.run, side.stop)
     _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
     log.info("node side on %s: %d card(s), DRA %s, device plugin %s", args.node_name, len(inventory.cards()),
              "on" if args.dra else "off", "on" if args.device_plugin else "off")

@@ -19,8 +19,10 @@ if not up_to_date():
 from enforcement.kubeletapi.protos import (
     deviceplugin_pb2,
     dra_pb2,
+    nri_pb2,
     pluginregistration_pb2,
     podresources_pb2,
+    ttrpc_pb2,
 )
 from enforcement.kubeletapi.protos import deviceplugin_pb2_grpc as _deviceplugin_grpc
 from enforcement.kubeletapi.protos import dra_pb2_grpc as _dra_grpc
@@ -37,8 +39,10 @@ __all__ = [
     "deviceplugin_pb2_grpc",
     "dra_pb2",
     "dra_pb2_grpc",
+    "nri_pb2",
     "pluginregistration_pb2",
     "pluginregistration_pb2_grpc",
     "podresources_pb2",
     "podresources_pb2_grpc",
+    "ttrpc_pb2",
 ]

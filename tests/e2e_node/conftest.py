@@ -192,7 +192,8 @@ def agent(cp: ControlPlane, gs: h.Gpuslice, node: RealNode,
     port = free_port()
     argv = [sys.executable, "-m", "packing.cli", "agent", "--node-name", NODE, "--kubeconfig", str(kubeconfig),
             "--simulated-gpus", str(cards), "--kubelet-dir", str(node.kubelet_dir),
-            "--device-plugin-dir", str(DEVICE_PLUGINS), "--cdi-dir", str(node.cdi_dir),
+            "--device-plugin-dir", str(DEVICE_PLUGINS), "--nri-socket", str(node.nri_socket),
+            "--cdi-dir", str(node.cdi_dir),
             "--state-dir", str(work / "state"), "--runtime-dir", str(work / "run"), "--listen", f"127.0.0.1:{port}",
             "--inventory-every", "0.5", "--slice-resync", "1", "--no-pacing", "--log-level", "INFO"]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(work)}

@@ -101,7 +101,8 @@ def oci_archive(path: Path, name: str, cmd: list[str]) -> None:
 
 
 def containerd_config(default: str, root: Path) -> str:
-    """containerd's own default config, moved into ``root``, with CDI dir, runc, CNI, local pause."""
+    """containerd's own default config, moved into ``root``, with CDI dir, runc, CNI, local pause, and
+    NRI on (its default) with its socket in ``root``."""
     subs = [
         ("root = '/var/lib/containerd'", f"root = '{root}/containerd/root'"),
         ("state = '/run/containerd'", f"state = '{root}/containerd/state'"),
@@ -121,8 +122,7 @@ def containerd_config(default: str, root: Path) -> str:
         if old not in text:
             raise NodeError(f"containerd default config changed: {old!r} not found")
         text = text.replace(old, new)
-    return text.replace("[plugins.'io.containerd.nri.v1.nri']\n    disable = false",
-                        "[plugins.'io.containerd.nri.v1.nri']\n    disable = true")
+    return text
 
 
 class RealNode:
@@ -138,6 +138,7 @@ class RealNode:
         self.cdi_dir = self.root / "cdi"
         self.pod_logs = self.root / "pod-logs"
         self.sock = self.root / "containerd" / "containerd.sock"
+        self.nri_socket = self.root / "nri.sock"
         self._containerd: _Process | None = None
         self._kubelet: _Process | None = None
         self.kubelet_log = self.root / "kubelet.log"

@@ -2,9 +2,9 @@
 
 Scenarios (the figures are printed, and saved to ``$GPUSLICE_E2E_TIMINGS`` when set):
 
-1. a pod asking by DRA claim and one by extended resource reach Running, and each container's
-   environment (its log) holds exactly its record's UUID and its product's caps; an
-   annotation-only pod is bound but gets no hand-off (no kubelet plugin sees it: strict xfail);
+1. a pod asking by DRA claim, one by extended resource and one by annotation reach Running, and
+   each container's environment (its log) holds exactly its record's UUID and its product's caps
+   (the annotation pod through the agent's NRI plugin);
 2. two pods with identical requests are admitted by the kubelet in the opposite order to their
    binds, and each still gets its own card;
 3. the agent is restarted between prepare and unprepare, the kubelet while pods run: nothing is
@@ -157,12 +157,18 @@ def test_dra_and_extended_resource_pods_get_their_card_and_caps(gs: h.Gpuslice, 
     note("handed_pods", {"dra": rec_claim.gpus, "resource": rec_resource.gpus})
 
 
-@pytest.mark.xfail(strict=True, reason="an annotation-only pod reaches no kubelet plugin: its hand-off needs "
-                   "containerd NRI, which is not built (see enforcement/README.md)")
-def test_annotation_pod_gets_its_card(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
+def test_annotation_pod_gets_its_card_through_nri(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
+    """No kubelet plugin sees an annotation-only pod; the agent's NRI plugin hands it its slice."""
     h.create_pod(gs.kube, ns, pod("by-annotation", "v100-25", "annotation"))
     p = running(gs.kube, ns, "by-annotation")
-    assert_handed(node, p)
+    rec = assert_handed(node, p)
+    spec = node.cdi_dir / f"gpuslice.io-slice_pod-{p['metadata']['uid']}.json"
+    assert spec.exists()
+    # the DRA and device plugin pods of the other tests were not handed twice
+    assert "NRI: container" in agent.log.read_text()
+    h.delete_now(gs.kube, ns, "by-annotation")
+    wait_for(lambda: not spec.exists(), 60, what="the pod's NRI spec removed when its sandbox stops")
+    note("annotation_pod", {"gpus": rec.gpus})
 
 
 # ---- 2 ---------------------------------------------------------------------------------------------

@@ -1,0 +1,164 @@
+"""The NRI plugin over its wire protocol on a unix socket, against a stand-in runtime.
+
+The stand-in speaks what containerd speaks (NRI's mux frames, ttrpc messages, NRI v1alpha1
+payloads); the real containerd runs the same plugin in ``tests/e2e_node``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from enforcement.cdi import SpecDir
+from enforcement.edits import EditsConfig
+from enforcement.handoff import Writer
+from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
+from enforcement.nri import EVENTS, NriPlugin, pod_device
+from enforcement.pods import PodIndex
+from packing.record import ANNOTATION, AllocationRecord
+
+GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
+UID = "11111111-2222-4333-8444-555555555555"
+
+
+class Runtime:
+    """A stand-in for containerd's NRI side: accepts the plugin, calls it, records its answers."""
+
+    def __init__(self, path: Path) -> None:
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(str(path))
+        self.server.listen(1)
+        self.conn: socket.socket | None = None
+        self.registered: Any = None
+        self._stream = 1
+
+    def _read(self, n: int) -> bytes:
+        assert self.conn is not None
+        out = b""
+        while len(out) < n:
+            chunk = self.conn.recv(n - len(out))
+            assert chunk, "plugin closed the connection"
+            out += chunk
+        return out
+
+    def _message(self) -> tuple[int, int, int, bytes]:
+        conn_id, size = struct.unpack(">II", self._read(8))
+        frame = self._read(size)
+        length, stream, kind, _ = struct.unpack(">IIBB", frame[:10])
+        assert len(frame) == 10 + length  # the plugin sends one message per frame
+        return conn_id, stream, kind, frame[10:]
+
+    def _send(self, conn_id: int, stream: int, kind: int, payload: bytes) -> None:
+        assert self.conn is not None
+        message = struct.pack(">IIBB", len(payload), stream, kind, 0) + payload
+        # split the message over two frames: the plugin must reassemble the stream
+        cut = len(message) // 2
+        for part in (message[:cut], message[cut:]):
+            self.conn.sendall(struct.pack(">II", conn_id, len(part)) + part)
+
+    def accept(self) -> None:
+        self.conn, _ = self.server.accept()
+        conn_id, stream, kind, payload = self._message()
+        req = ttrpc_pb2.Request()
+        req.ParseFromString(payload)
+        assert (conn_id, kind, req.service, req.method) == (2, 1, "nri.pkg.api.v1alpha1.Runtime", "RegisterPlugin")
+        self.registered = nri_pb2.RegisterPluginRequest()
+        self.registered.ParseFromString(req.payload)
+        self._send(2, stream, 2, ttrpc_pb2.Response(payload=nri_pb2.Empty().SerializeToString()).SerializeToString())
+
+    def call(self, method: str, message: Any, reply: Any) -> tuple[Any, Any]:
+        """Call the plugin; (the reply message, the ttrpc status)."""
+        stream, self._stream = self._stream, self._stream + 2
+        req = ttrpc_pb2.Request(service="nri.pkg.api.v1alpha1.Plugin", method=method,
+                                payload=message.SerializeToString())
+        self._send(1, stream, 1, req.SerializeToString())
+        conn_id, got_stream, kind, payload = self._message()
+        assert (conn_id, got_stream, kind) == (1, stream, 2)
+        resp = ttrpc_pb2.Response()
+        resp.ParseFromString(payload)
+        reply.ParseFromString(resp.payload)
+        return reply, resp.status
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.server.close()
+
+
+@pytest.fixture
+def setup() -> Iterator[tuple[Runtime, NriPlugin, SpecDir, threading.Event]]:
+    tmp = Path(tempfile.mkdtemp(prefix="gs-nri-"))
+    runtime = Runtime(tmp / "nri.sock")
+    specs = SpecDir(tmp / "cdi")
+    plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp)),
+                       PodIndex("node-a"), "node-a")
+    stop = threading.Event()
+    thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
+    thread.start()
+    runtime.accept()
+    assert plugin.connected.wait(5)
+    yield runtime, plugin, specs, stop
+    stop.set()
+    runtime.close()
+    thread.join(5)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def pod(node: str = "node-a", record: str | None = None) -> Any:
+    value = record if record is not None else AllocationRecord(UID, node, (GPU,), "v100-25", 250, 8192).encode()
+    return nri_pb2.PodSandbox(id="sb", name="trainer", uid=UID, namespace="ml", annotations={ANNOTATION: value})
+
+
+def test_registers_configures_and_hands_an_annotation_pod_its_slice(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event]) -> None:
+    runtime, plugin, specs, _ = setup
+    assert plugin.handed == 0
+    assert (runtime.registered.plugin_name, runtime.registered.plugin_idx) == ("gpuslice", "50")
+    conf, status = runtime.call("Configure", nri_pb2.ConfigureRequest(runtime_name="containerd"),
+                                nri_pb2.ConfigureResponse())
+    assert status.code == 0 and conf.events == EVENTS == 0b1010  # CreateContainer, StopPodSandbox
+    sync, _ = runtime.call("Synchronize", nri_pb2.SynchronizeRequest(more=False), nri_pb2.SynchronizeResponse())
+    assert not sync.more
+    req = nri_pb2.CreateContainerRequest(pod=pod(), container=nri_pb2.Container(name="main", env=["PATH=/bin"]))
+    resp, status = runtime.call("CreateContainer", req, nri_pb2.CreateContainerResponse())
+    assert status.code == 0
+    assert [d.name for d in resp.adjust.CDI_devices] == [f"gpuslice.io/slice=pod-{UID}"] and plugin.handed == 1
+    spec = specs.read(pod_device(UID))
+    assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={GPU}" in spec["devices"][0]["containerEdits"]["env"]
+    stopped = nri_pb2.StateChangeEvent(event=2, pod=pod())
+    runtime.call("StateChange", stopped, nri_pb2.Empty())
+    assert specs.read(pod_device(UID)) is None
+
+
+def test_leaves_pods_that_are_not_ours_or_already_handed(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event]) -> None:
+    runtime, plugin, specs, _ = setup
+    plain = nri_pb2.PodSandbox(id="sb", name="web", uid=UID, namespace="ml")
+    for p, c in ((plain, nri_pb2.Container(name="main")),
+                 (pod(), nri_pb2.Container(name="main", env=[f"GPUSLICE_POD_UID={UID}"])),
+                 (pod(), nri_pb2.Container(name="main", CDI_devices=[nri_pb2.CDIDevice(name="gpuslice.io/slice=x")]))):
+        resp, status = runtime.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=p, container=c),
+                                    nri_pb2.CreateContainerResponse())
+        assert status.code == 0 and not list(resp.adjust.CDI_devices)
+    assert specs.written() == [] and plugin.skipped == 2
+
+
+@pytest.mark.parametrize("bad, message", [(pod(node="node-b"), "recorded on node-b"),
+                                          (pod(record="{nope"), "bad gpuslice.io/allocation")])
+def test_a_record_it_cannot_honour_fails_the_container_creation(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event], bad: Any, message: str) -> None:
+    runtime, _, specs, _ = setup
+    _, status = runtime.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=bad, container=nri_pb2.Container(
+        name="main")), nri_pb2.CreateContainerResponse())
+    assert status.code != 0 and message in status.message  # the runtime fails it; the kubelet retries
+    assert specs.written() == []
+    _, status = runtime.call("UpdateContainer", nri_pb2.Empty(), nri_pb2.Empty())
+    assert status.code == 12  # unimplemented, said so
