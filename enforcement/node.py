@@ -89,8 +89,9 @@ class NodeSide:
             return False, f"ResourceSlice not published: {self.slices.last_error}"
         if self.device_plugins is not None and not self.device_plugins.healthy:
             return False, f"device plugins: {self.device_plugins.last_error}"
-        if self.nri is not None and not self.nri.connected.is_set():
-            return False, f"NRI plugin not registered: {self.nri.last_error}"
+        # a runtime without NRI is a configuration (logged at start), a lost NRI connection a fault
+        if self.nri is not None and self.nri.ever_connected and not self.nri.connected.is_set():
+            return False, f"NRI plugin lost the runtime: {self.nri.last_error}"
         return True, "ok"
 
     def close(self) -> None:

@@ -174,6 +174,7 @@ class NriPlugin:
         self.index = index
         self.node = node
         self.connected = threading.Event()
+        self.ever_connected = False
         self.handed = 0
         self.skipped = 0
         self.last_error = ""
@@ -258,8 +259,10 @@ class NriPlugin:
                 stop.wait(retry_s)
                 continue
             self.connected.set()
+            self.ever_connected = True
             self.last_error = ""
             while not stop.is_set() and not conn.closed.wait(0.5):
                 pass
             conn.close()
             self.connected.clear()
+            self.last_error = "connection closed"
