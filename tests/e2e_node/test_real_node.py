@@ -339,19 +339,23 @@ def test_withdrawn_card_gets_nothing_new(gs: h.Gpuslice, node: RealNode, agent: 
         wait_for(lambda: any(c["uuid"] == lost and not c["healthy"] for c in _inventory(kube) or []), 30,
                  what="the card withdrawn from the inventory")
         wait_for(lambda: _slice_tokens(kube) == 2 * 7, 30, what="the ResourceSlice without the card's tokens")
-        for i in range(len(CARDS)):
-            h.create_pod(kube, ns, pod(f"after-{i}", "v100-100", "resource"))
-            time.sleep(1.05)
+        # two healthy cards left: a quarter (DRA) on one, a whole card on the other, and a second
+        # whole card that only the withdrawn card could hold
         claim(kube, ns, "after-claim", "v100-25")
         h.create_pod(kube, ns, pod("after-dra", "v100-25", "dra", claim="after-claim"))
-        time.sleep(5)  # the queue and the scheduler have had every chance to place all four
-        names = [f"after-{i}" for i in range(len(CARDS))] + ["after-dra"]
+        running(kube, ns, "after-dra", 90)
+        for name in ("after-0", "after-1"):
+            h.create_pod(kube, ns, pod(name, "v100-100", "resource"))
+            time.sleep(1.05)
+        running(kube, ns, "after-0", 90)
+        time.sleep(5)  # the queue and the scheduler have had every chance to place after-1
+        names = ("after-dra", "after-0", "after-1")
         records = {n: h.record(kube.get_pod(ns, n) or {}) for n in names}
         on_lost = [n for n, r in records.items() if r is not None and lost in r.gpus]
         assert not on_lost, f"{on_lost} placed on the withdrawn card {lost} (records: {records})"
-        placed = [assert_handed(node, running(kube, ns, n, 90)) for n in ("after-0", "after-1", "after-dra")]
-        assert records["after-2"] is None, "three whole cards placed on two healthy cards"
-        note("withdrawn_card", {"placed": [r.gpus for r in placed], "after-2": "Pending"})
+        placed = [assert_handed(node, running(kube, ns, n, 30)) for n in ("after-dra", "after-0")]
+        assert records["after-1"] is None, "a whole card placed with no healthy card free"
+        note("withdrawn_card", {"placed": [r.gpus for r in placed], "after-1": "Pending"})
     finally:
         agent.set_lost(lost, False)
         wait_for(lambda: all(c["healthy"] for c in _inventory(kube) or [{}]), 30, what="the card back")
