@@ -85,7 +85,7 @@ class NodeSide:
     def healthy(self) -> tuple[bool, str]:
         if not self.inventory.published:
             return False, f"inventory not published: {self.inventory.last_error}"
-        if self.slices is not None and not self.slices.synced:
+        if self.slices is not None and not self.slices.synced and not self.slices.unsupported:
             return False, f"ResourceSlice not published: {self.slices.last_error}"
         if self.device_plugins is not None and not self.device_plugins.healthy:
             return False, f"device plugins: {self.device_plugins.last_error}"

@@ -82,6 +82,7 @@ class TokenHandoff:
         self.errors = 0
         self.last_error = ""
         self.latencies: list[float] = []  # Allocate -> spec written, seconds (the race margin)
+        self._told: dict[str, str] = {}  # token -> the problem last logged for it
 
     def allocated(self, token_ids: Iterable[str]) -> None:
         """Allocate handed these tokens out: their old specs are gone, new ones are due."""
@@ -117,9 +118,7 @@ class TokenHandoff:
             try:
                 pod = self.lookup.by_name(holder.namespace, holder.pod)
             except HandoffError as e:
-                self.errors += 1
-                self.last_error = str(e)
-                log.warning("token %s held by %s/%s: %s", token_id, holder.namespace, holder.pod, e)
+                self._problem(token_id, f"token {token_id} held by {holder.namespace}/{holder.pod}: {e}")
                 continue
             if existing.get(token_id) == pod.uid:
                 with self._lock:
@@ -128,10 +127,9 @@ class TokenHandoff:
             try:
                 self.writer.write(token_id, pod)
             except (HandoffError, OSError) as e:
-                self.errors += 1
-                self.last_error = str(e)
-                log.warning("token %s for pod %s/%s: %s", token_id, pod.namespace, pod.name, e)
+                self._problem(token_id, f"token {token_id} for pod {pod.namespace}/{pod.name}: {e}")
                 continue
+            self._told.pop(token_id, None)
             self.written += 1
             token = parse(token_id)
             if token is not None and token.uuid not in pod.record.gpus:
@@ -146,6 +144,8 @@ class TokenHandoff:
             log.info("token %s -> pod %s/%s (%s): GPU %s", token_id, pod.namespace, pod.name, pod.uid,
                      ",".join(pod.record.gpus))
         now = self.clock()
+        for token_id in [t for t in self._told if t not in held]:
+            del self._told[token_id]
         for token_id in existing:
             if token_id not in held and token_id not in pending:
                 self.writer.specs.remove(token_id)  # its pod left the kubelet's books
@@ -154,6 +154,14 @@ class TokenHandoff:
                 if now - since > PENDING_LIMIT_S:
                     log.warning("token %s was allocated %.0f s ago and no pod holds it", token_id, now - since)
                     del self._pending[token_id]
+
+    def _problem(self, token_id: str, message: str) -> None:
+        """Count every failure; log each distinct one once per token (the loop retries every pass)."""
+        self.errors += 1
+        self.last_error = message
+        if self._told.get(token_id) != message:
+            self._told[token_id] = message
+            log.warning("%s", message)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():

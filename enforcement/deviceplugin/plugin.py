@@ -15,6 +15,7 @@ and registers again as soon as the kubelet's socket is back.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import threading
@@ -36,6 +37,16 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+
+
+def cdi_annotations(token_ids: Sequence[str]) -> dict[str, str]:
+    """The same CDI devices as container annotations, read by runtimes for kubelets older than
+    Allocate's ``cdi_devices`` field (1.28); the runtime drops the duplicate where both arrive."""
+    out: dict[str, str] = {}
+    for token_id in token_ids:
+        digest = hashlib.sha256(token_id.encode()).hexdigest()[:16]  # ':' is not allowed in a key
+        out[f"cdi.k8s.io/gpuslice.io_{digest}"] = qualified(token_id)
+    return out
 
 
 class _Devices:
@@ -105,8 +116,10 @@ class _Servicer:
                               f"{self.plugin.resource}: unknown device(s) {', '.join(unknown)}")
         for r in request.container_requests:
             self.plugin.handoff.allocated(r.devices_ids)
-            out.container_responses.add(cdi_devices=[deviceplugin_pb2.CDIDevice(name=qualified(d))
-                                                     for d in r.devices_ids])
+            out.container_responses.add(
+                cdi_devices=[deviceplugin_pb2.CDIDevice(name=qualified(d)) for d in r.devices_ids],
+                annotations=cdi_annotations(r.devices_ids),
+            )
         return out
 
     def PreStartContainer(self, request: Any, context: Any) -> Any:

@@ -54,14 +54,19 @@ class DraDriver:
         self.writer = writer
         self.checkpoint = checkpoint
         self.node = node
-        self._lock = threading.Lock()  # one prepare/unprepare of a claim at a time
+        self._locks: dict[str, threading.Lock] = {}  # one prepare/unprepare per claim at a time, never node-wide
+        self._locks_lock = threading.Lock()
         self.prepared_count = 0  # prepares that did the work (not answered from the checkpoint)
+
+    def _lock(self, claim_uid: str) -> threading.Lock:
+        with self._locks_lock:
+            return self._locks.setdefault(claim_uid, threading.Lock())
 
     def prepare(self, namespace: str, name: str, uid: str) -> PreparedClaim:
         """Prepare one claim; HandoffError says why not."""
         if not uid or not name or not namespace:
             raise HandoffError("a claim needs namespace, name and uid")
-        with self._lock:
+        with self._lock(uid):
             done = self.checkpoint.get(uid)
             if done is not None:
                 if not self.writer.specs.path(done.cdi_device).exists():  # the spec dir was wiped
@@ -103,12 +108,14 @@ class DraDriver:
 
     def unprepare(self, uid: str) -> bool:
         """Unprepare one claim; False when it was not prepared (already done: not an error)."""
-        with self._lock:
+        with self._lock(uid):
             done = self.checkpoint.get(uid)
             self.writer.specs.remove(claim_device(uid))
             if done is None:
                 return False
             self.checkpoint.drop(uid)
+        with self._locks_lock:
+            self._locks.pop(uid, None)
             log.info("unprepared claim %s/%s (pod %s)", done.namespace, done.name, done.pod_uid)
             return True
 

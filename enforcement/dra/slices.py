@@ -67,6 +67,10 @@ def resource_slice(node: str, node_uid: str | None, devices: list[Obj], generati
     }
 
 
+class _NotServed(Exception):
+    pass
+
+
 class SlicePublisher:
     """Keeps this node's ResourceSlice equal to the token devices of the healthy cards.
 
@@ -83,6 +87,7 @@ class SlicePublisher:
         self.errors = 0
         self.last_error = ""
         self.synced = False
+        self.unsupported = False  # the API server serves no resource.k8s.io/v1 (Kubernetes < 1.34)
 
     def update(self, cards: Sequence[Card]) -> None:
         """The inventory changed: publish its tokens."""
@@ -92,10 +97,17 @@ class SlicePublisher:
 
     def sync(self) -> None:
         with self._lock:
+            if self.unsupported:
+                return
             devices = list(self._devices)
             try:
                 self._sync(devices)
                 self.synced = True
+            except _NotServed:
+                self.unsupported = True
+                log.error("the API server serves no %s: the DRA path is off on this cluster (Kubernetes "
+                          "1.34+ needed); extended resources and annotations still work", SLICES)
+                return
             except ApiError as e:
                 self.errors += 1
                 self.last_error = str(e)
@@ -107,7 +119,12 @@ class SlicePublisher:
         current = self.api.get(path)
         if current is None:
             node = self.api.get(f"/api/v1/nodes/{self.node}")
-            self.api.create(SLICES, resource_slice(self.node, field(node, "metadata", "uid"), devices, 1))
+            try:
+                self.api.create(SLICES, resource_slice(self.node, field(node, "metadata", "uid"), devices, 1))
+            except ApiError as e:
+                if e.status == 404:  # a POST to the collection itself found nothing: the API is not served
+                    raise _NotServed() from e
+                raise
             log.info("published ResourceSlice %s with %d token devices", slice_name(self.node), len(devices))
             return
         if field(current, "spec", "devices") == devices and field(current, "spec", "nodeName") == self.node:

@@ -22,9 +22,11 @@ from enforcement.deviceplugin.handoff import Holder, PodResourcesClient, TokenHa
 from enforcement.deviceplugin.plugin import DevicePlugins, ProductPlugin
 from enforcement.dra.checkpoint import Checkpoint
 from enforcement.dra.plugin import DraDriver, DraServer
+from enforcement.dra.slices import SLICES, SlicePublisher
 from enforcement.edits import ContainerEdits, EditsConfig
 from enforcement.handoff import RecordLookup, Writer
 from enforcement.inventory import Card
+from enforcement.kubeapi import ApiError
 from enforcement.kubeletapi.stubs import (
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
@@ -288,6 +290,7 @@ def test_device_plugin_registers_lists_prefers_and_allocates(
         resp = stub.Allocate(deviceplugin_pb2.AllocateRequest(container_requests=[
             deviceplugin_pb2.ContainerAllocateRequest(devices_ids=[b_tokens[1]])]))
         assert [c.name for c in resp.container_responses[0].cdi_devices] == [f"gpuslice.io/slice={b_tokens[1]}"]
+        assert list(resp.container_responses[0].annotations.values()) == [f"gpuslice.io/slice={b_tokens[1]}"]
         assert world["specs"].read(b_tokens[1]) is None
     # the kubelet records the token for ml/trainer, whose record names card A (not the token's B)
     kubelet.hold("ml", "trainer", "gpuslice.io/v100-25", [b_tokens[1]])
@@ -336,3 +339,36 @@ def test_token_handoff_writes_nothing_for_a_pod_it_cannot_find(world: dict[str, 
     handoff.reconcile()
     assert world["specs"].written() == [] and handoff.pending() == list(listing)  # still waited for
     assert "ml/ghost" in handoff.last_error and handoff.held() == list(listing)
+
+
+# ---- ResourceSlice ---------------------------------------------------------------------------------
+
+def test_resource_slice_follows_the_healthy_cards(world: dict[str, Any]) -> None:
+    api: MemoryApi = world["api"]
+    api.objects[f"/api/v1/nodes/{NODE}"] = {"metadata": {"name": NODE, "uid": "node-uid"}}
+    slices = SlicePublisher(api, NODE, load_catalog())
+    path = f"{SLICES}/{NODE}-gpuslice.io"
+    slices.update(CARDS)
+    first = api.objects[path]
+    names = [d["name"] for d in first["spec"]["devices"]]
+    assert len(names) == 2 * (4 + 2 + 1) and "v100-25-7" in names and "v100-100-1" in names
+    assert {d["attributes"]["product"]["string"] for d in first["spec"]["devices"]} == {
+        "v100-25", "v100-50", "v100-100"}
+    assert first["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
+    assert first["metadata"]["ownerReferences"][0]["uid"] == "node-uid" and slices.synced
+    slices.update([Card(GPU_A, 0, 0, "Tesla-V100-SXM2-32GB", 32768, healthy=False), CARDS[1]])
+    second = api.objects[path]
+    assert len(second["spec"]["devices"]) == 7 and second["spec"]["pool"]["generation"] == 2
+    del api.objects[path]  # the kubelet wiped it: the next check puts it back
+    slices.sync()
+    assert len(api.objects[path]["spec"]["devices"]) == 7
+
+
+def test_resource_slice_on_a_cluster_without_resource_k8s_io_v1(world: dict[str, Any]) -> None:
+    class OldCluster(MemoryApi):
+        def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
+            raise ApiError(404, f"{path} not found")
+
+    slices = SlicePublisher(OldCluster(), NODE, load_catalog())
+    slices.update(CARDS)
+    assert slices.unsupported and not slices.synced
