@@ -5,8 +5,9 @@ and removes any spec that token had before (a token is reused only after its las
 kubelet's books, so a container of the new holder can never resolve the old holder's card). Right
 after, the kubelet's PodResources API lists which pod (namespace/name) holds the token; the pod's
 UID and allocation record come from the pod itself, and the spec is written from that record.
-Until it is written a container that names it fails to create and the kubelet retries it; this
-loop polls every 50 ms while a token waits, so the spec normally exists before the pod sandbox.
+The loop polls every 10 ms while a token waits. The kubelet calls PreStartContainer (which the
+plugin asks for) before it creates each container, and the plugin answers only once the spec of the
+container's tokens is written: the container is never created before its spec.
 See ``enforcement/README.md`` ("Device plugin hand-off") for the race analysis.
 """
 
@@ -28,7 +29,7 @@ from enforcement.kubeletapi.stubs import podresources_pb2, podresources_pb2_grpc
 
 log = logging.getLogger(__name__)
 
-FAST_S = 0.05
+FAST_S = 0.01
 SLOW_S = 2.0
 PENDING_LIMIT_S = 300.0  # a token Allocate gave out that no pod holds after this is no longer waited for
 
@@ -77,6 +78,7 @@ class TokenHandoff:
         self._held: dict[str, Holder] = {}
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._written = threading.Condition()
         self.written = 0
         self.mismatches = 0  # tokens whose card differs from the record's (harmless: the record wins)
         self.errors = 0
@@ -92,6 +94,19 @@ class TokenHandoff:
                 self.writer.specs.remove(token_id)
                 self._pending[token_id] = now
         self._wake.set()
+
+    def wait_written(self, token_ids: Iterable[str], timeout_s: float) -> list[str]:
+        """Block until every token's spec is written for its current holder; the ones still missing."""
+        tokens = list(token_ids)
+        deadline = self.clock() + timeout_s
+        while True:
+            with self._lock:
+                missing = [t for t in tokens if t in self._pending or not self.writer.specs.path(t).exists()]
+            if not missing or self.clock() >= deadline:
+                return missing
+            self._wake.set()
+            with self._written:
+                self._written.wait(FAST_S)
 
     def held(self) -> list[str]:
         """Tokens held at the last look (for GetPreferredAllocation)."""
@@ -141,6 +156,8 @@ class TokenHandoff:
                 self.latencies.append(self.clock() - since)
             with self._lock:
                 self._pending.pop(token_id, None)
+            with self._written:
+                self._written.notify_all()
             log.info("token %s -> pod %s/%s (%s): GPU %s", token_id, pod.namespace, pod.name, pod.uid,
                      ",".join(pod.record.gpus))
         now = self.clock()

@@ -6,7 +6,9 @@ registered with the kubelet's ``device-plugins/kubelet.sock``:
 * ListAndWatch streams the product's tokens (``tokens.py``), Unhealthy on withdrawn cards;
 * GetPreferredAllocation prefers tokens by ``packing``'s best-fit policy;
 * Allocate checks the tokens are ours and returns their CDI devices; the specs are written by
-  :class:`~enforcement.deviceplugin.handoff.TokenHandoff` once PodResources names the holder pod.
+  :class:`~enforcement.deviceplugin.handoff.TokenHandoff` once PodResources names the holder pod;
+* PreStartContainer, which the kubelet calls before it creates each container, returns once the
+  container's specs are written (or fails after 20 s, and the kubelet retries).
 
 The kubelet removes every socket in ``device-plugins/`` when it starts: a watcher re-creates ours
 and registers again as soon as the kubelet's socket is back.
@@ -19,6 +21,7 @@ import hashlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent import futures
 from pathlib import Path
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 
 API_VERSION = "v1beta1"
 KUBELET_SOCKET = "kubelet.sock"
+PRESTART_WAIT_S = 20.0  # under the kubelet's 30 s PreStartContainer deadline
+OPTIONS = deviceplugin_pb2.DevicePluginOptions(pre_start_required=True, get_preferred_allocation_available=True)
 
 
 def cdi_annotations(token_ids: Sequence[str]) -> dict[str, str]:
@@ -85,7 +90,7 @@ class _Servicer:
         self.plugin = plugin
 
     def GetDevicePluginOptions(self, request: Any, context: Any) -> Any:
-        return deviceplugin_pb2.DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+        return OPTIONS
 
     def ListAndWatch(self, request: Any, context: Any) -> Iterator[Any]:
         seen = -1
@@ -123,6 +128,15 @@ class _Servicer:
         return out
 
     def PreStartContainer(self, request: Any, context: Any) -> Any:
+        # the kubelet's barrier before it creates the container: answer once its specs exist
+        started = time.monotonic()
+        missing = self.plugin.handoff.wait_written(request.devices_ids, PRESTART_WAIT_S)
+        log.info("PreStartContainer %s: %s after %.0f ms", ",".join(request.devices_ids),
+                 "missing " + ",".join(missing) if missing else "ready", 1000 * (time.monotonic() - started))
+        if missing:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"{self.plugin.resource}: no container edits yet for {', '.join(missing)} "
+                          f"({self.plugin.handoff.last_error or 'no pod holds them'}); the kubelet retries")
         return deviceplugin_pb2.PreStartContainerResponse()
 
 
@@ -171,7 +185,7 @@ class ProductPlugin:
             deviceplugin_pb2_grpc.RegistrationStub(channel).Register(
                 deviceplugin_pb2.RegisterRequest(
                     version=API_VERSION, endpoint=self.socket.name, resource_name=self.resource,
-                    options=deviceplugin_pb2.DevicePluginOptions(get_preferred_allocation_available=True),
+                    options=OPTIONS,
                 ),
                 timeout=10,
             )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from concurrent import futures
 from pathlib import Path
@@ -254,12 +255,14 @@ def quarter(plugins: DevicePlugins) -> ProductPlugin:
 
 
 def test_device_plugin_registers_lists_prefers_and_allocates(
-        world: dict[str, Any], plugins: tuple[DevicePlugins, FakeKubelet, TokenHandoff]) -> None:
+        world: dict[str, Any], plugins: tuple[DevicePlugins, FakeKubelet, TokenHandoff],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     dps, kubelet, handoff = plugins
     assert dps.healthy
     assert sorted(r.resource_name for r in kubelet.registered) == [
         "gpuslice.io/v100-100", "gpuslice.io/v100-25", "gpuslice.io/v100-50"]
-    assert all(r.version == "v1beta1" and r.options.get_preferred_allocation_available for r in kubelet.registered)
+    assert all(r.version == "v1beta1" and r.options.get_preferred_allocation_available
+               and r.options.pre_start_required for r in kubelet.registered)
     q = quarter(dps)
     with grpc.insecure_channel(f"unix://{q.socket}") as ch:
         stub = deviceplugin_pb2_grpc.DevicePluginStub(ch)
@@ -292,9 +295,22 @@ def test_device_plugin_registers_lists_prefers_and_allocates(
         assert [c.name for c in resp.container_responses[0].cdi_devices] == [f"gpuslice.io/slice={b_tokens[1]}"]
         assert list(resp.container_responses[0].annotations.values()) == [f"gpuslice.io/slice={b_tokens[1]}"]
         assert world["specs"].read(b_tokens[1]) is None
-    # the kubelet records the token for ml/trainer, whose record names card A (not the token's B)
-    kubelet.hold("ml", "trainer", "gpuslice.io/v100-25", [b_tokens[1]])
-    handoff.reconcile()
+        # the kubelet's PreStartContainer barrier waits for the spec; a stuck one says why
+        prestart: list[Any] = []
+        barrier = threading.Thread(target=lambda: prestart.append(stub.PreStartContainer(
+            deviceplugin_pb2.PreStartContainerRequest(devices_ids=[b_tokens[1]]))))
+        barrier.start()
+        barrier.join(0.3)
+        assert barrier.is_alive() and not prestart  # no spec yet: the container must not be created
+        # the kubelet records the token for ml/trainer, whose record names card A (not the token's B)
+        kubelet.hold("ml", "trainer", "gpuslice.io/v100-25", [b_tokens[1]])
+        handoff.reconcile()
+        barrier.join(5)
+        assert len(prestart) == 1
+        monkeypatch.setattr("enforcement.deviceplugin.plugin.PRESTART_WAIT_S", 0.2)
+        with pytest.raises(grpc.RpcError) as err:
+            stub.PreStartContainer(deviceplugin_pb2.PreStartContainerRequest(devices_ids=[b_tokens[2]]))
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     spec = world["specs"].read(b_tokens[1])
     assert spec is not None and spec["annotations"]["gpuslice.io/pod-uid"] == POD_UID
     assert f"NVIDIA_VISIBLE_DEVICES={GPU_A}" in spec["devices"][0]["containerEdits"]["env"]
