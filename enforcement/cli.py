@@ -26,7 +26,7 @@ from enforcement.pacer import PacerParams
 if TYPE_CHECKING:
     from enforcement.agent import AgentConfig
     from enforcement.freezer import FreezeController
-    from enforcement.nvml import NvmlBackend
+    from enforcement.nvml import PynvmlBackend
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -229,9 +229,8 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.freezer import ThawGuard
     from enforcement.killer import PidfdKiller
     from enforcement.metrics import AgentMetrics
-    from enforcement.pods import KubePodSource, PodIndex, PodWatch
-
     from enforcement.node import start as start_node_side
+    from enforcement.pods import KubePodSource, PodIndex, PodWatch
 
     _check_cgroup_namespace(args.proc_root)
     backend = _open_nvml(args.nvml_deadline, args.simulated_gpus)
@@ -313,7 +312,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     return 0
 
 
-def _open_nvml(deadline_s: float, simulated: Path | None = None) -> NvmlBackend | None:
+def _open_nvml(deadline_s: float, simulated: Path | None = None) -> PynvmlBackend | None:
     """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s);
     ``simulated`` serves the cards of that file instead (``--simulated-gpus``, tests and demos)."""
     from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend, bounded

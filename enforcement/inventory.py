@@ -74,7 +74,10 @@ def read_cards(source: CardSource) -> list[Card]:
     """Every card with its health now; a card whose minor number is unreadable is unhealthy."""
     cards: list[Card] = []
     for d in source.devices():
-        problem = source.health(d.uuid)
+        try:
+            problem = source.health(d.uuid)
+        except NvmlError as e:  # a probe that does not answer in time (a hung card) is a failed probe
+            problem = str(e)
         try:
             minor = source.minor_number(d.uuid)
         except NvmlError as e:

@@ -81,8 +81,11 @@ class NodeSide:
     device_plugins: Any = None
     handoff: Any = None
     nri: Any = None
+    problem: str = ""  # a part that could not start at all
 
     def healthy(self) -> tuple[bool, str]:
+        if self.problem:
+            return False, self.problem
         if not self.inventory.published:
             return False, f"inventory not published: {self.inventory.last_error}"
         if self.slices is not None and not self.slices.synced and not self.slices.unsupported:
@@ -121,15 +124,20 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
     lookup = RecordLookup(index, api)
     writer = Writer(SpecDir(args.cdi_dir), inventory.minors, EditsConfig(mps=args.mps))
     if args.dra:
-        from enforcement.dra.checkpoint import Checkpoint
+        from enforcement.dra.checkpoint import Checkpoint, CheckpointError
         from enforcement.dra.plugin import DraDriver, DraServer
         from enforcement.dra.slices import SlicePublisher
 
         side.slices = SlicePublisher(api, args.node_name, catalog)
         inventory.subscribe(side.slices.update)
         _thread(side, "resourceslice", side.slices.run, side.stop, args.slice_resync)
-        driver = DraDriver(api, lookup, writer, Checkpoint(args.state_dir / "dra-checkpoint.json"), args.node_name)
-        side.dra = DraServer(driver, args.kubelet_dir).start()
+        try:  # the watchdog must run even when the kubelet plugin cannot: say so, do not exit
+            driver = DraDriver(api, lookup, writer, Checkpoint(args.state_dir / "dra-checkpoint.json"),
+                               args.node_name)
+            side.dra = DraServer(driver, args.kubelet_dir).start()
+        except (OSError, CheckpointError) as e:
+            side.problem = f"DRA plugin not served: {e}"
+            log.error("%s", side.problem)
     if args.device_plugin:
         from enforcement.deviceplugin.handoff import PodResourcesClient, TokenHandoff
         from enforcement.deviceplugin.plugin import DevicePlugins, ProductPlugin
@@ -153,10 +161,3 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
              "on" if args.dra else "off", "on" if args.device_plugin else "off")
     return side
 
-
-def open_simulated(path: Path) -> Any:
-    """A PynvmlBackend over simulated cards (``--simulated-gpus``)."""
-    from enforcement.nvml import PynvmlBackend
-    from enforcement.simnode import SimulatedCards
-
-    return PynvmlBackend(SimulatedCards(path)).open()
