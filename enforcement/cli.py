@@ -233,7 +233,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.pods import KubePodSource, PodIndex, PodWatch
 
     _check_cgroup_namespace(args.proc_root)
-    backend = _open_nvml(args.nvml_deadline, args.simulated_gpus)
+    backend = _open_simulated(args) if args.simulated_gpus else _open_nvml(args.nvml_deadline)
     if backend is None:
         return 1
     try:
@@ -248,7 +248,11 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     index = PodIndex(args.node_name)
     watch = PodWatch(KubePodSource(core, args.node_name), index)
     threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
-    node_side = start_node_side(args, backend, index, core.api_client, stop)
+    try:
+        node_side = start_node_side(args, backend, index, core.api_client, stop)
+    except Exception as e:  # the watchdog runs regardless: a node without hand-off says so, loudly
+        log.error("kubelet plugins not started (%s): containers on this node get no slice hand-off", e)
+        node_side = None
     events = KubeEventSink(core, args.node_name)
     clock = SystemClock()
     agent = Agent(
@@ -264,15 +268,11 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     )
     metrics = AgentMetrics()
     host, port = args.listen
-
-    def _healthy() -> tuple[bool, str]:
-        ok, why = agent.healthy()
-        return node_side.healthy() if ok else (ok, why)
-
     try:
-        endpoints = Endpoints(host, port, _healthy, metrics.render)
+        endpoints = Endpoints(host, port, agent.healthy, metrics.render)
     except OSError as e:
-        node_side.close()
+        if node_side is not None:
+            node_side.close()
         events.close()
         backend.close()
         print(f"gpuslice agent: cannot serve /healthz and /metrics on {host}:{port}: {e}", file=sys.stderr)
@@ -308,20 +308,24 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
         guard.close()
         endpoints.close()
         events.close()
-        node_side.close()
+        if node_side is not None:
+            node_side.close()
     return 0
 
 
-def _open_nvml(deadline_s: float, simulated: Path | None = None) -> PynvmlBackend | None:
-    """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s);
-    ``simulated`` serves the cards of that file instead (``--simulated-gpus``, tests and demos)."""
+def _open_simulated(args: argparse.Namespace) -> PynvmlBackend:
+    """The cards of ``--simulated-gpus`` behind pynvml's interface (the real-node suite, demos)."""
+    from enforcement.nvml import PynvmlBackend, bounded
+    from enforcement.simnode import SimulatedCards
+
+    return bounded(PynvmlBackend(SimulatedCards(args.simulated_gpus)), args.nvml_deadline).open()
+
+
+def _open_nvml(deadline_s: float) -> PynvmlBackend | None:
+    """NVML, every call bounded by ``deadline_s`` (opening it, which may take seconds per GPU, by 60 s)."""
     from enforcement.nvml import NvmlError, NvmlUnavailable, PynvmlBackend, bounded
 
     try:
-        if simulated is not None:
-            from enforcement.simnode import SimulatedCards
-
-            return bounded(PynvmlBackend(SimulatedCards(simulated)), deadline_s, {"open": 60.0}).open()
         return bounded(PynvmlBackend(), deadline_s, {"open": 60.0}).open()
     except NvmlUnavailable as e:
         print(f"gpuslice agent: no NVIDIA driver on this node ({e}); nothing to enforce", file=sys.stderr)

@@ -97,6 +97,18 @@ class NodeSide:
             return False, f"NRI plugin lost the runtime: {self.nri.last_error}"
         return True, "ok"
 
+    def report(self, every_s: float = 5.0) -> None:
+        """Log the node side's state whenever it changes (run it in a thread). The agent's /healthz
+        is the watchdog's: a kubelet plugin that cannot do its job must not get the agent restarted."""
+        said = ""
+        while not self.stop.is_set():
+            ok, why = self.healthy()
+            state = "ok" if ok else why
+            if state != said:
+                (log.info if ok else log.error)("node side: %s", state)
+                said = state
+            self.stop.wait(every_s)
+
     def close(self) -> None:
         self.stop.set()
         if self.dra is not None:
@@ -157,6 +169,7 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
         side.nri = NriPlugin(args.nri_socket, writer, index, args.node_name)
         _thread(side, "nri", side.nri.run, side.stop)
     _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
+    _thread(side, "node-side-report", side.report)
     log.info("node side on %s: %d card(s), DRA %s, device plugin %s", args.node_name, len(inventory.cards()),
              "on" if args.dra else "off", "on" if args.device_plugin else "off")
     return side
