@@ -2,8 +2,11 @@
 
 One spec file per CDI device (a DRA claim, or a device plugin token), in the runtime's dynamic
 spec directory (``/var/run/cdi`` by default), kind ``gpuslice.io/slice``, ``cdiVersion`` 0.6.0
-(containerd >= 1.7 and CRI-O >= 1.27 read it). The runtime refreshes its CDI registry when it
-creates a container, so a spec written or removed before that is what the container gets.
+(containerd >= 1.7 and CRI-O >= 1.27 read it). containerd's CDI cache refreshes from an inotify
+watch of the directory, so a spec is visible a moment after it is written, not at once (seen on the
+real node: a spec written 4 ms before a container create was not found). Every path therefore
+writes its spec ahead of the create and lets ``SETTLE_S`` pass after a write before it lets the
+create go on.
 
 Writes are atomic (a temporary name the runtime does not read, then a rename), and removal is
 idempotent. The pod UID a spec was written for is kept in its annotations, so the spec files
@@ -28,6 +31,7 @@ VENDOR = "gpuslice.io"
 CLASS = "slice"
 KIND = f"{VENDOR}/{CLASS}"
 POD_UID_ANNOTATION = "gpuslice.io/pod-uid"
+SETTLE_S = 0.1  # from a spec written to the runtime's CDI cache having seen it (inotify, then a rescan)
 _NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$")
 
 

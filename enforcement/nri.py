@@ -6,9 +6,10 @@ containerd asks its NRI plugins for adjustments, naming the pod sandbox (its UID
 so the allocation record itself) and the container. This plugin answers, for a container of a pod
 whose record names this node and that no other path has handed its slice yet (no
 ``GPUSLICE_POD_UID`` in its environment, no ``gpuslice.io/slice`` CDI device), with the CDI
-device ``gpuslice.io/slice=pod-<uid>``, whose spec it writes from the record with the same
-container-edits core as the kubelet paths. containerd injects it like any CDI device. The spec is
-removed when the pod sandbox stops (no container of it is created after that).
+device ``gpuslice.io/slice=pod-<uid>``, whose spec it wrote from the record, with the same
+container-edits core as the kubelet paths, when the pod sandbox started (so the runtime's CDI
+cache has seen it by the time containers are created). containerd injects it like any CDI device.
+The spec is removed when the pod sandbox stops (no container of it is created after that).
 
 Wire protocol (NRI v1alpha1 over ttrpc over NRI's connection multiplexer, on one unix socket):
 
@@ -18,7 +19,7 @@ Wire protocol (NRI v1alpha1 over ttrpc over NRI's connection multiplexer, on one
   then a ``ttrpc.Request`` / ``ttrpc.Response`` protobuf.
 
 The plugin registers (``Runtime.RegisterPlugin``), answers ``Configure`` with the events it wants
-(CreateContainer, StopPodSandbox), and reconnects when containerd restarts.
+(RunPodSandbox, StopPodSandbox, CreateContainer), and reconnects when containerd restarts.
 """
 
 from __future__ import annotations
@@ -28,16 +29,17 @@ import logging
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
 from typing import Any
 
-from enforcement.cdi import KIND, qualified
+from enforcement.cdi import KIND, POD_UID_ANNOTATION, SETTLE_S, qualified
 from enforcement.handoff import HandoffError, Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
-from enforcement.pods import PodIndex
-from packing.record import ANNOTATION, RecordError, decode
+from enforcement.pods import ManagedPod, PodIndex
+from packing.record import ANNOTATION, AllocationRecord, RecordError, decode
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +47,8 @@ PLUGIN_CONN, RUNTIME_CONN = 1, 2
 REQUEST, RESPONSE = 1, 2
 PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
 RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
-STOP_POD_SANDBOX, CREATE_CONTAINER = 2, 4
-EVENTS = (1 << (CREATE_CONTAINER - 1)) | (1 << (STOP_POD_SANDBOX - 1))
+RUN_POD_SANDBOX, STOP_POD_SANDBOX, CREATE_CONTAINER = 1, 2, 4
+EVENTS = (1 << (RUN_POD_SANDBOX - 1)) | (1 << (STOP_POD_SANDBOX - 1)) | (1 << (CREATE_CONTAINER - 1))
 NAME, INDEX = "gpuslice", "50"
 MAX_MESSAGE = 4 << 20
 UNIMPLEMENTED = 12
@@ -195,6 +197,11 @@ class NriPlugin:
         if method == "StateChange":
             event = nri_pb2.StateChangeEvent()
             event.ParseFromString(payload)
+            if event.event == RUN_POD_SANDBOX and event.pod.uid and ANNOTATION in event.pod.annotations:
+                try:  # ahead of its containers: the runtime's CDI cache has seen it by their creation
+                    self._write(event.pod)
+                except HandoffError as e:
+                    log.warning("NRI: %s", e)  # said again, and refused, at container creation
             if event.event == STOP_POD_SANDBOX and event.pod.uid:  # no container of it is created again
                 self.writer.specs.remove(pod_device(event.pod.uid))
             return bytes(nri_pb2.Empty().SerializeToString())
@@ -213,23 +220,31 @@ class NriPlugin:
         if already:
             self.skipped += 1
             return adjust
+        spec = self.writer.specs.read(pod_device(pod.uid))
+        if ((spec or {}).get("annotations") or {}).get(POD_UID_ANNOTATION) == pod.uid:
+            record = decode(value)  # written at sandbox start: long seen by the runtime's cache
+        else:
+            record = self._write(pod)
+            time.sleep(SETTLE_S)  # just written: give the runtime's CDI cache time to see it
+        adjust.CDI_devices.add(name=qualified(pod_device(pod.uid)))
+        self.handed += 1
+        log.info("NRI: container %s of pod %s/%s gets %s: GPU %s", container.name, pod.namespace, pod.name,
+                 qualified(pod_device(pod.uid)), ",".join(record.gpus))
+        return adjust
+
+    def _write(self, pod: Any) -> AllocationRecord:
+        """Write the pod's spec from the record in its sandbox annotations; HandoffError if unusable."""
         try:
-            record = decode(value)
+            record = decode(pod.annotations[ANNOTATION])
         except RecordError as e:
             raise HandoffError(f"pod {pod.namespace}/{pod.name}: bad {ANNOTATION}: {e}") from e
         if record.node != self.node:
             raise HandoffError(f"pod {pod.namespace}/{pod.name} is recorded on {record.node}, not {self.node}")
         managed = self.index.get(pod.uid)
         if managed is None:  # the watch lags: the sandbox's annotations are the pod's own
-            from enforcement.pods import ManagedPod
-
             managed = ManagedPod(pod.uid, pod.namespace, pod.name, record)
-        handoff = self.writer.write(pod_device(pod.uid), managed)
-        adjust.CDI_devices.add(name=handoff.cdi_device)
-        self.handed += 1
-        log.info("NRI: container %s of pod %s/%s gets %s: GPU %s", container.name, pod.namespace, pod.name,
-                 qualified(pod_device(pod.uid)), ",".join(record.gpus))
-        return adjust
+        self.writer.write(pod_device(pod.uid), managed)
+        return record
 
     # ---- the connection -------------------------------------------------------------------------
     def connect_once(self) -> _Conn:

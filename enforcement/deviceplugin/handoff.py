@@ -7,7 +7,8 @@ after, the kubelet's PodResources API lists which pod (namespace/name) holds the
 UID and allocation record come from the pod itself, and the spec is written from that record.
 The loop polls every 10 ms while a token waits. The kubelet calls PreStartContainer (which the
 plugin asks for) before it creates each container, and the plugin answers only once the spec of the
-container's tokens is written: the container is never created before its spec.
+container's tokens is written and the runtime's CDI cache has had ``SETTLE_S`` to see it: the
+container is never created before its spec.
 See ``enforcement/README.md`` ("Device plugin hand-off") for the race analysis.
 """
 
@@ -23,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from enforcement.cdi import SETTLE_S
 from enforcement.deviceplugin.tokens import parse
 from enforcement.handoff import HandoffError, RecordLookup, Writer
 from enforcement.kubeletapi.stubs import podresources_pb2, podresources_pb2_grpc
@@ -85,6 +87,7 @@ class TokenHandoff:
         self.last_error = ""
         self.latencies: list[float] = []  # Allocate -> spec written, seconds (the race margin)
         self._told: dict[str, str] = {}  # token -> the problem last logged for it
+        self._written_at: dict[str, float] = {}  # token -> when its spec was last written
 
     def allocated(self, token_ids: Iterable[str]) -> None:
         """Allocate handed these tokens out: their old specs are gone, new ones are due."""
@@ -96,13 +99,20 @@ class TokenHandoff:
         self._wake.set()
 
     def wait_written(self, token_ids: Iterable[str], timeout_s: float) -> list[str]:
-        """Block until every token's spec is written for its current holder; the ones still missing."""
+        """Block until every token's spec is written for its current holder and the runtime's CDI
+        cache has had ``SETTLE_S`` to see it; the tokens still missing (empty: go ahead)."""
         tokens = list(token_ids)
         deadline = self.clock() + timeout_s
         while True:
             with self._lock:
                 missing = [t for t in tokens if t in self._pending or not self.writer.specs.path(t).exists()]
-            if not missing or self.clock() >= deadline:
+                newest = max((self._written_at.get(t, float("-inf")) for t in tokens), default=float("-inf"))
+            if not missing:
+                settle = newest + SETTLE_S - self.clock()
+                if settle > 0:
+                    time.sleep(settle)
+                return []
+            if self.clock() >= deadline:
                 return missing
             self._wake.set()
             with self._written:
@@ -156,6 +166,7 @@ class TokenHandoff:
                 self.latencies.append(self.clock() - since)
             with self._lock:
                 self._pending.pop(token_id, None)
+                self._written_at[token_id] = self.clock()
             with self._written:
                 self._written.notify_all()
             log.info("token %s -> pod %s/%s (%s): GPU %s", token_id, pod.namespace, pod.name, pod.uid,

@@ -11,13 +11,14 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from enforcement.cdi import SpecDir
+from enforcement.cdi import SETTLE_S, SpecDir
 from enforcement.edits import EditsConfig
 from enforcement.handoff import Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
@@ -124,9 +125,12 @@ def test_registers_configures_and_hands_an_annotation_pod_its_slice(
     assert (runtime.registered.plugin_name, runtime.registered.plugin_idx) == ("gpuslice", "50")
     conf, status = runtime.call("Configure", nri_pb2.ConfigureRequest(runtime_name="containerd"),
                                 nri_pb2.ConfigureResponse())
-    assert status.code == 0 and conf.events == EVENTS == 0b1010  # CreateContainer, StopPodSandbox
+    assert status.code == 0 and conf.events == EVENTS == 0b1011  # CreateContainer, Stop- and RunPodSandbox
     sync, _ = runtime.call("Synchronize", nri_pb2.SynchronizeRequest(more=False), nri_pb2.SynchronizeResponse())
     assert not sync.more
+    # the spec is written when the sandbox starts, ahead of the containers
+    runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=pod()), nri_pb2.Empty())
+    assert specs.read(pod_device(UID)) is not None
     req = nri_pb2.CreateContainerRequest(pod=pod(), container=nri_pb2.Container(name="main", env=["PATH=/bin"]))
     resp, status = runtime.call("CreateContainer", req, nri_pb2.CreateContainerResponse())
     assert status.code == 0
@@ -136,6 +140,17 @@ def test_registers_configures_and_hands_an_annotation_pod_its_slice(
     stopped = nri_pb2.StateChangeEvent(event=2, pod=pod())
     runtime.call("StateChange", stopped, nri_pb2.Empty())
     assert specs.read(pod_device(UID)) is None
+
+
+def test_a_container_whose_sandbox_start_it_missed_waits_for_the_runtime_cache(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event]) -> None:
+    runtime, plugin, specs, _ = setup
+    started = time.monotonic()
+    assert plugin.handed == 0
+    req = nri_pb2.CreateContainerRequest(pod=pod(), container=nri_pb2.Container(name="main"))
+    resp, status = runtime.call("CreateContainer", req, nri_pb2.CreateContainerResponse())
+    assert status.code == 0 and [d.name for d in resp.adjust.CDI_devices] == [f"gpuslice.io/slice=pod-{UID}"]
+    assert specs.read(pod_device(UID)) is not None and time.monotonic() - started >= SETTLE_S
 
 
 def test_leaves_pods_that_are_not_ours_or_already_handed(
