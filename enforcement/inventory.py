@@ -70,10 +70,11 @@ class CardSource(Protocol):
     def health(self, uuid: str) -> str | None: ...
 
 
-def read_cards(source: CardSource) -> list[Card]:
-    """Every card with its health now; a card whose minor number is unreadable is unhealthy."""
+def read_cards(source: CardSource, devices: Sequence[GpuDevice] | None = None) -> list[Card]:
+    """Every card (``devices``, else the source's) with its health now; a card whose minor number
+    is unreadable is unhealthy."""
     cards: list[Card] = []
-    for d in source.devices():
+    for d in source.devices() if devices is None else devices:
         try:
             problem = source.health(d.uuid)
         except NvmlError as e:  # a probe that does not answer in time (a hung card) is a failed probe
@@ -116,6 +117,9 @@ class Inventory:
 
     def __init__(self, source: CardSource, annotator: NodeAnnotator | None, resync_s: float = 60.0) -> None:
         self.source = source
+        # NVML enumerates once, at open: take the list now rather than ask the shared backend from
+        # this thread again (a bounded backend refuses a second caller on the same lane)
+        self.devices = source.devices()
         self.annotator = annotator
         self.resync_s = resync_s
         self._cards: list[Card] = []
@@ -155,7 +159,7 @@ class Inventory:
 
         A read that ``stop`` overtook is dropped: NVML shut down under it, the cards did not fail.
         """
-        cards = read_cards(self.source)
+        cards = read_cards(self.source, self.devices)
         if stop is not None and stop.is_set():
             return False
         with self._lock:

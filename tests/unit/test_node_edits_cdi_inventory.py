@@ -161,3 +161,27 @@ def test_read_cards_over_fake_nvml() -> None:
     cards = read_cards(PynvmlBackend(fake).open())
     assert encode(cards) == json.dumps([{"uuid": GPU_A, "index": 0, "model": "Tesla-V100-SXM2-32GB",
                                          "memory_mib": 32768, "healthy": True}], separators=(",", ":"))
+
+
+def test_inventory_asks_the_shared_backend_for_devices_once() -> None:
+    """The agent's loop shares the (bounded) backend: a refresh must not call devices() again, or
+    the agent's own call on that lane is refused while ours runs."""
+    fake = FakeNVML([SimGPU(0, GPU_A, "Tesla V100-SXM2-32GB")], SimClock())
+    backend = PynvmlBackend(fake).open()
+    calls = []
+
+    class Counting:
+        def devices(self) -> Any:
+            calls.append(1)
+            return backend.devices()
+
+        def minor_number(self, uuid: str) -> int:
+            return backend.minor_number(uuid)
+
+        def health(self, uuid: str) -> str | None:
+            return backend.health(uuid)
+
+    inv = Inventory(Counting(), None)
+    for t in range(5):
+        inv.refresh(float(t))
+    assert len(calls) == 1 and [c.uuid for c in inv.cards()] == [GPU_A]
