@@ -6,7 +6,10 @@ Invariants (checked by ``verify`` and the stateful property tests):
 * every unit is accounted once: free + sum of allocations on a GPU = its capacity;
 * the free-capacity indexes always equal a recomputation from the GPUs;
 * every operation is all-or-nothing: one that raises leaves the ledger unchanged;
-* ``release(place(x))`` restores the exact ledger.
+* ``release(place(x))`` restores the exact ledger, and so does ``readmit(release(x))``;
+* a withdrawn GPU (gone from its node's inventory, or unhealthy) takes no new placement: it is in
+  no free-capacity index and counts in no node's free capacity, while what it already holds stays
+  accounted until it is released.
 
 Best fit is a logarithmic look-up: GPUs sit in a ``SortedList`` per model, keyed by
 (free milli, free milli of their node, node order, GPU index), so the first key at or above a
@@ -51,6 +54,7 @@ class Gpu:
     memory_mib: int
     free_milli: int
     free_mib: int
+    withdrawn: bool = False  # takes no new placement (see ``Ledger.withdraw``)
 
     @property
     def empty(self) -> bool:
@@ -70,14 +74,15 @@ class Node:
 
     @property
     def free_gpu_milli(self) -> int:
-        return sum(g.free_milli for g in self.gpus)
+        return sum(g.free_milli for g in self.gpus if not g.withdrawn)
 
     @property
     def free_whole(self) -> int:
-        return sum(1 for g in self.gpus if g.empty)
+        return sum(1 for g in self.gpus if g.empty and not g.withdrawn)
 
     def largest_free_milli(self, request: Request | None = None) -> int:
-        sizes = [g.free_milli for g in self.gpus if request is None or request.accepts_model(g.model)]
+        sizes = [g.free_milli for g in self.gpus
+                 if not g.withdrawn and (request is None or request.accepts_model(g.model))]
         return max(sizes, default=0)
 
 
@@ -208,6 +213,8 @@ class Ledger:
         free = node.free_gpu_milli
         whole_by_model: dict[str, int] = {}
         for g in node.gpus:
+            if g.withdrawn:
+                continue
             index = self._gpu_index.get(g.model)
             if index is None:  # not setdefault(model, SortedList()): that builds a list per call
                 index = self._gpu_index[g.model] = SortedList()
@@ -226,6 +233,8 @@ class Ledger:
         free = node.free_gpu_milli
         whole_by_model: dict[str, int] = {}
         for g in node.gpus:
+            if g.withdrawn:
+                continue
             self._gpu_index[g.model].remove(self._gpu_key(g, node, free))
             whole_by_model.setdefault(g.model, 0)
             if g.empty:
@@ -282,11 +291,11 @@ class Ledger:
         )
 
     def fitting_gpus(self, node: Node, request: Request) -> list[Gpu]:
-        """GPUs of ``node`` that could take one share of ``request`` (whole: empty cards)."""
+        """GPUs of ``node`` that could take one share of ``request`` (whole: empty cards; never withdrawn)."""
         if request.whole:
-            return [g for g in node.gpus if g.empty and request.accepts_model(g.model)
+            return [g for g in node.gpus if g.empty and not g.withdrawn and request.accepts_model(g.model)
                     and g.memory_mib >= request.memory_mib]
-        return [g for g in node.gpus if self.gpu_fits(g, request)]
+        return [g for g in node.gpus if not g.withdrawn and self.gpu_fits(g, request)]
 
     def fits_on(self, node: Node, request: Request) -> bool:
         if not self.host_fits(node, request):
@@ -317,13 +326,17 @@ class Ledger:
         big = [g for g in models if g.memory_mib >= request.memory_mib and g.milli >= request.milli]
         if len(big) < request.count:
             return Misfit("TooLarge", f"{request.describe()} is larger than this node's cards", False)
+        active = [g for g in models if not g.withdrawn]
+        if sum(1 for g in big if not g.withdrawn) < request.count:
+            gone = len(models) - len(active)
+            return Misfit("Withdrawn", f"{gone} of this node's GPUs are withdrawn (gone or unhealthy)", False)
         fitting = self.fitting_gpus(node, request)
         if len(fitting) >= request.count:
             return None
         if request.whole:
             return Misfit("NotEnoughWholeGPUs",
                           f"needs {request.count} empty card(s); {len(fitting)} empty here", True)
-        largest = max(models, key=lambda g: (g.free_milli, g.free_mib))
+        largest = max(active, key=lambda g: (g.free_milli, g.free_mib))
         if largest.free_milli >= request.milli:
             return Misfit("NoGPUMemoryFree",
                           f"needs {request.memory_mib} MiB on one GPU; largest free {largest.free_mib} MiB", True)
@@ -382,6 +395,8 @@ class Ledger:
             g = self.gpus.get(uuid)
             if g is None or g.node != node:
                 raise LedgerError(f"claim {claim}: GPU {uuid} is not on node {node}")
+            if g.withdrawn:
+                raise NoFit(f"claim {claim}: GPU {uuid} is withdrawn: it takes no new placement")
             if not self.gpu_fits(g, request) or (request.whole and not g.empty):
                 raise NoFit(f"claim {claim}: GPU {uuid} has {g.free_milli} milli / {g.free_mib} MiB free, "
                             f"needs {request.milli} / {request.memory_mib}")
@@ -389,6 +404,36 @@ class Ledger:
         alloc = Allocation(claim, node, shares, request, expires_at)
         self._apply(alloc)
         return alloc
+
+    def readmit(self, alloc: Allocation) -> Allocation:
+        """Put a released allocation back exactly as it was (undoing ``release``), withdrawn GPUs included:
+        it held them before they were withdrawn."""
+        held = self.allocations.get(alloc.claim)
+        if held is not None:
+            raise LedgerError(f"claim {alloc.claim} already holds an allocation on {held.node}")
+        node = self._node(alloc.node)
+        if not self.host_fits(node, alloc.request):
+            raise NoFit(f"claim {alloc.claim}: node {alloc.node} lacks CPU or memory for it")
+        for s in alloc.shares:
+            g = self.gpus.get(s.uuid)
+            if g is None or g.node != alloc.node:
+                raise LedgerError(f"claim {alloc.claim}: GPU {s.uuid} is not on node {alloc.node}")
+            if g.free_milli < s.milli or g.free_mib < s.memory_mib:
+                raise NoFit(f"claim {alloc.claim}: GPU {s.uuid} has {g.free_milli} milli / {g.free_mib} MiB free")
+        self._apply(alloc)
+        return alloc
+
+    def withdraw(self, uuid: str, withdrawn: bool = True) -> None:
+        """Take a GPU out of (or, with ``withdrawn=False``, back into) new placements; its allocations stay."""
+        g = self.gpus.get(uuid)
+        if g is None:
+            raise LedgerError(f"GPU {uuid} is not in the ledger")
+        if g.withdrawn == withdrawn:
+            return
+        node = self.nodes[g.node]
+        self._unindex_node(node)
+        g.withdrawn = withdrawn
+        self._index_node(node)
 
     def release(self, claim: str) -> Allocation:
         """Give back ``claim``'s capacity (committed or reserved); returns what it held."""
@@ -447,7 +492,7 @@ class Ledger:
             return sum(len(self.fitting_gpus(n, request)) // request.count for n in self.nodes.values())
         total = 0
         for g in self.gpus.values():
-            if request.accepts_model(g.model):
+            if request.accepts_model(g.model) and not g.withdrawn:
                 by_milli = g.free_milli // request.milli
                 by_mib = g.free_mib // request.memory_mib if request.memory_mib else by_milli
                 total += min(by_milli, by_mib)
@@ -491,7 +536,7 @@ class Ledger:
     def fingerprint(self) -> tuple[object, ...]:
         """A value equal for equal ledgers (free capacity, allocations, indexes)."""
         return (
-            tuple((u, g.free_milli, g.free_mib) for u, g in sorted(self.gpus.items())),
+            tuple((u, g.free_milli, g.free_mib, g.withdrawn) for u, g in sorted(self.gpus.items())),
             tuple((n, x.free_cpu, x.free_mem) for n, x in sorted(self.nodes.items())),
             tuple(sorted(self.allocations.items())),
             tuple((m, tuple(ix)) for m, ix in sorted(self._gpu_index.items())),

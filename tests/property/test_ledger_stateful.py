@@ -2,7 +2,8 @@
 
 After every step the ledger verifies (never over-committed, every unit accounted once, indexes
 equal to a recomputation) and agrees with a plain-dict model of which claim holds what. Every
-failed operation leaves the fingerprint unchanged, and ``release(place(x))`` is the identity.
+failed operation leaves the fingerprint unchanged, ``release(place(x))`` and ``readmit(release(x))``
+are the identity, and no new placement ever lands on a withdrawn GPU.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class LedgerMachine(RuleBasedStateMachine):
         super().__init__()
         self.ledger = Ledger()
         self.model: dict[str, tuple[str, tuple[str, ...], Request, float | None]] = {}
+        self.withdrawn: set[str] = set()
         self.serial = 0
 
     # ---- helpers ---------------------------------------------------------------------------
@@ -120,6 +122,7 @@ class LedgerMachine(RuleBasedStateMachine):
         dropped = self.attempt("remove_node", lambda: self.ledger.remove_node(name))
         assert (dropped is not None) == existed
         if dropped is not None:
+            self.withdrawn = {u for u in self.withdrawn if u in self.ledger.gpus}
             gone = {c for c, (node, *_) in self.model.items() if node == name}
             assert {a.claim for a in dropped} == gone
             for c in gone:
@@ -139,6 +142,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if alloc is None:
             return
         assert nodes is None or alloc.node in nodes
+        assert not set(alloc.gpus) & self.withdrawn, "a new placement on a withdrawn GPU"
         if keep:
             self.model[claim] = (alloc.node, alloc.gpus, request, expires_at)
         else:
@@ -154,6 +158,7 @@ class LedgerMachine(RuleBasedStateMachine):
         assert (alloc is not None) == (fits and not self.held(claim))
         if alloc is not None:
             assert alloc.node == node and len(alloc.gpus) == request.count
+            assert not set(alloc.gpus) & self.withdrawn, "a new placement on a withdrawn GPU"
             self.model[claim] = (node, alloc.gpus, request, expires_at)
 
     @rule(claim=st.sampled_from(CLAIMS), request=requests(), node=st.sampled_from(NODE_NAMES),
@@ -167,7 +172,33 @@ class LedgerMachine(RuleBasedStateMachine):
         alloc = self.attempt("assign", lambda: self.ledger.assign(claim, request, node, gpus, expires_at))
         if alloc is not None:
             assert (alloc.node, alloc.gpus) == (node, gpus) and not self.held(claim)
+            assert not set(gpus) & self.withdrawn, "a new placement on a withdrawn GPU"
             self.model[claim] = (node, gpus, request, expires_at)
+
+    @precondition(lambda self: bool(self.ledger.gpus))
+    @rule(data=st.data(), withdrawn=st.booleans())
+    def withdraw(self, data: st.DataObject, withdrawn: bool) -> None:
+        uuid = data.draw(st.sampled_from(sorted(self.ledger.gpus)))
+        held = dict(self.ledger.allocations)
+        self.ledger.withdraw(uuid, withdrawn)
+        assert self.ledger.allocations == held, "withdrawing a GPU must keep what it holds"
+        if withdrawn:
+            self.withdrawn.add(uuid)
+        else:
+            self.withdrawn.discard(uuid)
+        event(f"withdraw: {'out' if withdrawn else 'back in'}{'' if self.ledger.gpus[uuid].empty else ' (busy)'}")
+
+    @rule(data=st.data())
+    def release_then_readmit(self, data: st.DataObject) -> None:
+        claim = self.some_claim(data)
+        if not self.held(claim):
+            return
+        before = self.ledger.fingerprint()
+        alloc = self.ledger.release(claim)
+        self.ledger.verify()
+        assert self.ledger.readmit(alloc) == alloc
+        assert self.ledger.fingerprint() == before, "readmit(release(x)) is not the identity"
+        assert self.attempt("readmit", lambda: self.ledger.readmit(alloc)) is None  # held already: refused
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -237,6 +268,10 @@ class LedgerMachine(RuleBasedStateMachine):
     @invariant()
     def ledger_verifies(self) -> None:
         self.ledger.verify()
+
+    @invariant()
+    def withdrawn_gpus_agree_with_the_model(self) -> None:
+        assert {u for u, g in self.ledger.gpus.items() if g.withdrawn} == self.withdrawn
 
     @invariant()
     def ledger_agrees_with_the_model(self) -> None:
