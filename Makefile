@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test e2e e2e-node bench lint typecheck check clean interposer
+.PHONY: demo test e2e e2e-node bench fuzz lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ e2e: $(STAMP)
 ## e2e-node: a real kubelet on containerd 2.x + runc (root, real cgroups), the agent on its sockets
 e2e-node: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e_node
+
+## fuzz: the extender's wire fuzz at 4 x 25 000 = 100 000 cases (make test runs a few hundred); prints the tally
+fuzz: $(STAMP)
+	GPUSLICE_FUZZ_EXAMPLES=25000 $(BIN)/python -m pytest -q -s tests/unit/test_extender_fuzz.py
 
 ## bench: speed figures printed as ratios measured in one run (never asserted in tests)
 bench: $(STAMP)

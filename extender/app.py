@@ -1,31 +1,41 @@
 """The HTTP face of the extender: a Flask app factory over one ``ExtenderState``.
 
 Routes (verbs and prefix configurable): ``POST /filter``, ``POST /prioritize``, ``POST /bind``,
-``GET /healthz``, ``GET /readyz`` (the state's ``ready`` flag), ``GET /metrics`` (Prometheus),
-``GET /state`` (the ledger and the queue, read-only) and, in standalone mode,
+``GET /healthz``, ``GET /readyz`` (the state's ``ready`` flag and ledger epoch), ``GET /metrics``
+(Prometheus), ``GET /state`` (the ledger and the queue, read-only) and, in standalone mode,
 ``POST /admin/release`` ``{"PodUID": "..."}``.
 
-Malformed JSON or wrong types get HTTP 400 with a JSON error body and change nothing: bodies are
-parsed and validated before the state's lock is taken. Decisions always answer 200 in the wire
-format (a pod that fits nowhere gets reasons, not an error); ``Error`` is only set for an internal
-failure. gunicorn serves it: ``extender.app:app_from_env()`` with ``extender/gunicorn_conf.py``.
+Who may ask (``access``): ``/state``, ``/metrics`` and ``/admin/*`` answer a client on a loopback
+address, or one that presented a verified client certificate on the allow-list; with
+``require_client_cert`` the scheduler verbs need such a certificate too. Probes (``/healthz``,
+``/readyz``) answer anyone. Every POST must be ``application/json`` (415 otherwise), which keeps a
+browser's cross-site form or simple request from changing anything.
+
+Bad input gets a 4xx JSON error and changes nothing: bodies are parsed, capped (413 for a body or a
+node list over its limit) and validated before the state's lock is taken. Decisions answer 200 in
+the wire format (a pod that fits nowhere gets reasons, not an error); ``Error`` is only set for an
+internal failure, after the state has undone whatever that request changed. gunicorn serves it
+(``extender/gunicorn_conf.py``); a request slower than ``slow_request_s`` is logged with its phases.
 """
 
 from __future__ import annotations
 
 import gc
+import ipaddress
 import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from extender.config import ConfigError, ExtenderConfig
-from extender.metrics import ExtenderMetrics
-from extender.podspec import MalformedPod
+from extender.asks import ClaimUnavailable, MalformedPod
+from extender.config import ConfigError, ExtenderConfig, Subject, parse_subject
+from extender.metrics import ExtenderMetrics, watch_gc
 from extender.state import ExtenderState
+from extender.timing import Phases, measuring, phase
 from extender.wire import (
     FilterResult,
     WireError,
@@ -40,116 +50,197 @@ from extender.wire import (
 
 log = logging.getLogger("gpuslice.extender")
 JSON = "application/json"
+CLIENT_SUBJECT = "gpuslice.client_subject"  # environ: the verified client certificate's subject (the server front)
+STARTED = "gpuslice.started"  # environ: perf_counter when the request's headers arrived
+FRONT_PHASES = "gpuslice.phases"  # environ: {"read": s, "queued": s} measured by the server front
 
 
 class Handlers:
-    """Body bytes in, (HTTP status, body bytes) out: the server-side work of each verb, timed."""
+    """Body bytes in, (HTTP status, body bytes) out: the server-side work of each verb, timed by phase."""
 
-    def __init__(self, state: ExtenderState, metrics: ExtenderMetrics) -> None:
+    def __init__(self, state: ExtenderState, metrics: ExtenderMetrics, config: ExtenderConfig | None = None) -> None:
         self.state = state
         self.metrics = metrics
+        self.config = config or ExtenderConfig()
 
-    def _done(self, verb: str, started: float, status: int, doc: Any) -> tuple[int, bytes]:
-        body = encode(doc)
-        self.metrics.latency.labels(verb).observe(time.perf_counter() - started)
+    def _done(self, phases: Phases, status: int, doc: Any, who: str = "") -> tuple[int, bytes]:
+        with phase("encode"):
+            body = encode(doc)
+        verb = phases.verb
+        total = phases.total()
+        self.metrics.latency.labels(verb).observe(total)
         self.metrics.requests.labels(verb, str(status)).inc()
+        for name, seconds in phases.seconds.items():
+            self.metrics.phases.labels(verb, name).observe(seconds)
+        if total > self.config.slow_request_s:
+            self.metrics.slow.labels(verb).inc()
+            log.warning("slow %s%s: %.0f ms, HTTP %d (%s)", verb, f" of {who}" if who else "", total * 1000,
+                        status, phases.describe())
         return status, body
 
-    def filter(self, body: bytes) -> tuple[int, bytes]:
-        started = time.perf_counter()
-        try:
-            args = parse_extender_args(decode_body(body))
-            ask = self.state.describe(args.pod)
-        except (WireError, MalformedPod) as e:
-            return self._done("filter", started, 400, {"error": str(e)})
-        try:
-            outcome = self.state.filter(args, ask)
-        except Exception as e:  # an internal failure is reported in the wire's Error field
-            log.exception("filter failed for pod %s", ask.key)
-            return self._done("filter", started, 200, FilterResult(error=f"gpuslice internal error: {e}").to_wire())
-        for code, n in outcome.codes.items():
-            self.metrics.filter_failures.labels(code).inc(n)
-        if outcome.reserved_on is not None:
-            self.metrics.reservations.inc()
-        return self._done("filter", started, 200, outcome.result.to_wire())
+    def filter(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
+        with measuring(phases or Phases("filter", time.perf_counter())) as p:
+            try:
+                with phase("parse"):
+                    args = parse_extender_args(decode_body(body), self.config.max_nodes)
+                    ask = self.state.describe(args.pod)
+            except (WireError, MalformedPod) as e:
+                return self._done(p, _status(e), {"error": str(e)})
+            except ClaimUnavailable as e:  # kube-scheduler retries the pod with backoff
+                unread = FilterResult(error=f"gpuslice cannot read the pod's claim now: {e}")
+                return self._done(p, 200, unread.to_wire())
+            try:
+                outcome = self.state.filter(args, ask)
+            except Exception as e:  # the state undid the request's changes; the wire's Error says so
+                log.exception("filter failed for pod %s", ask.key)
+                return self._done(p, 200, FilterResult(error=f"gpuslice internal error: {e}").to_wire(), ask.key)
+            for code, n in outcome.codes.items():
+                self.metrics.filter_failures.labels(code).inc(n)
+            if outcome.reserved_on is not None:
+                self.metrics.reservations.inc()
+            return self._done(p, 200, outcome.result.to_wire(), ask.key)
 
-    def prioritize(self, body: bytes) -> tuple[int, bytes]:
-        started = time.perf_counter()
-        try:
-            args = parse_extender_args(decode_body(body))
-            ask = self.state.describe(args.pod)
-        except (WireError, MalformedPod) as e:
-            return self._done("prioritize", started, 400, {"error": str(e)})
-        try:
-            scores = self.state.prioritize(args, ask)
-        except Exception as e:  # HostPriorityList has no error field; scheduler ignores a 500
-            log.exception("prioritize failed for pod %s", ask.key)
-            return self._done("prioritize", started, 500, {"error": f"gpuslice internal error: {e}"})
-        return self._done("prioritize", started, 200, priorities_to_wire(scores))
+    def prioritize(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
+        with measuring(phases or Phases("prioritize", time.perf_counter())) as p:
+            try:
+                with phase("parse"):
+                    args = parse_extender_args(decode_body(body), self.config.max_nodes)
+                    ask = self.state.describe(args.pod)
+            except (WireError, MalformedPod) as e:
+                return self._done(p, _status(e), {"error": str(e)})
+            except ClaimUnavailable as e:  # HostPriorityList has no error field: kube-scheduler sees a 503
+                return self._done(p, 503, {"error": f"gpuslice cannot read the pod's claim now: {e}"})
+            try:
+                scores = self.state.prioritize(args, ask)
+            except Exception as e:  # the state undid the request's changes; a 500 is all this verb can say
+                log.exception("prioritize failed for pod %s", ask.key)
+                return self._done(p, 500, {"error": f"gpuslice internal error: {e}"}, ask.key)
+            return self._done(p, 200, priorities_to_wire(scores), ask.key)
 
-    def bind(self, body: bytes) -> tuple[int, bytes]:
-        started = time.perf_counter()
-        try:
-            args = parse_binding_args(decode_body(body))
-        except WireError as e:
-            return self._done("bind", started, 400, {"error": str(e)})
-        try:
-            outcome = self.state.bind(args)
-        except Exception as e:  # an internal failure is reported in the wire's Error field
-            log.exception("bind failed for pod %s", args.pod_key)
-            return self._done("bind", started, 200, binding_result(f"gpuslice internal error: {e}"))
-        if outcome.error:
-            self.metrics.bind_failures.labels(_bind_reason(outcome.error)).inc()
-        elif outcome.changed and outcome.record is not None:
-            self.metrics.placements.labels(outcome.record.product or "other").inc()
-        return self._done("bind", started, 200, binding_result(outcome.error))
+    def bind(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
+        with measuring(phases or Phases("bind", time.perf_counter())) as p:
+            try:
+                with phase("parse"):
+                    args = parse_binding_args(decode_body(body))
+            except WireError as e:
+                return self._done(p, _status(e), {"error": str(e)})
+            try:
+                outcome = self.state.bind(args)
+            except Exception as e:  # the state undid the request's changes; the wire's Error says so
+                log.exception("bind failed for pod %s", args.pod_key)
+                return self._done(p, 200, binding_result(f"gpuslice internal error: {e}"), args.pod_key)
+            if not outcome.ok:
+                self.metrics.bind_failures.labels(outcome.code.value).inc()
+            elif outcome.changed and outcome.record is not None:
+                self.metrics.placements.labels(outcome.record.product or "other").inc()
+            return self._done(p, 200, binding_result(outcome.error), args.pod_key)
 
-    def release(self, body: bytes) -> tuple[int, bytes]:
-        started = time.perf_counter()
-        try:
-            uid = parse_release(decode_body(body))
-        except WireError as e:
-            return self._done("release", started, 400, {"error": str(e)})
-        if self.state.release(uid):
-            return self._done("release", started, 200, {"released": uid})
-        return self._done("release", started, 404, {"error": f"pod uid {uid} holds no slice and is not waiting"})
+    def release(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
+        with measuring(phases or Phases("release", time.perf_counter())) as p:
+            try:
+                with phase("parse"):
+                    uid = parse_release(decode_body(body))
+            except WireError as e:
+                return self._done(p, _status(e), {"error": str(e)})
+            if self.state.release(uid):
+                return self._done(p, 200, {"released": uid})
+            return self._done(p, 404, {"error": f"pod uid {uid} holds no slice and is not waiting"})
 
 
-def _bind_reason(error: str) -> str:
-    """A low-cardinality label for a bind error message."""
-    for needle, label in (("no longer fits", "NoFit"), ("not known to gpuslice", "UnknownNode"),
-                          ("already bound", "AlreadyBound"), ("has not seen pod", "UnknownPod"),
-                          ("refuses", "Refused"), ("in progress", "InFlight"), ("failed:", "BinderFailed")):
-        if needle in error:
-            return label
-    return "Other"
+def _status(e: Exception) -> int:
+    return e.status if isinstance(e, WireError) else 400
 
 
 def _reply(status: int, body: bytes) -> Response:
     return Response(body, status=status, mimetype=JSON)
 
 
+def _error(status: int, message: str) -> Response:
+    return _reply(status, encode({"error": message}))
+
+
+def request_phases(verb: str, environ: Mapping[str, Any]) -> Phases:
+    """A request's phases, begun when its headers arrived (what the server front measured comes first)."""
+    phases = Phases(verb, environ.get(STARTED) or time.perf_counter())
+    for name, seconds in (environ.get(FRONT_PHASES) or {}).items():
+        phases.add(name, seconds)
+    return phases
+
+
+class Access:
+    """Who may reach which routes (see the module docstring)."""
+
+    def __init__(self, config: ExtenderConfig) -> None:
+        self.require_cert = config.require_client_cert
+        self.allowed: tuple[Subject, ...] = tuple(parse_subject(s) for s in config.client_subjects)
+
+    @staticmethod
+    def loopback(environ: Mapping[str, Any]) -> bool:
+        try:
+            return ipaddress.ip_address(str(environ.get("REMOTE_ADDR") or "")).is_loopback
+        except ValueError:
+            return False
+
+    def subject_ok(self, subject: Subject) -> bool:
+        held = set(subject)
+        return not self.allowed or any(set(entry) <= held for entry in self.allowed)
+
+    def refusal(self, environ: Mapping[str, Any], operator: bool) -> str | None:
+        """Why this request may not go on (None: it may)."""
+        subject: Subject | None = environ.get(CLIENT_SUBJECT)
+        if subject is not None and not self.subject_ok(subject):
+            return f"client certificate subject {_show(subject)} is not on this extender's allow-list"
+        if operator and subject is None and not self.loopback(environ):
+            return "this route answers only over loopback or to an allowed client certificate"
+        if not operator and self.require_cert and subject is None:
+            return "this extender requires a client certificate signed by its client CA"
+        return None
+
+
+def _show(subject: Subject) -> str:
+    short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU"}
+    return "/" + "/".join(f"{short.get(k, k)}={v}" for k, v in subject)
+
+
 def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
                metrics: ExtenderMetrics | None = None) -> Flask:
-    """The extender's Flask app over ``state``; ``config`` names the prefix, verbs and body limit."""
+    """The extender's Flask app over ``state``; ``config`` names the prefix, verbs, limits and access."""
     config = config or ExtenderConfig()
-    metrics = metrics or ExtenderMetrics(lambda: {**state.gauges(), "ready": state.ready})
-    handlers = Handlers(state, metrics)
+    metrics = metrics or ExtenderMetrics(state.gauges)
+    handlers = Handlers(state, metrics, config)
+    access = Access(config)
     app = Flask("gpuslice-extender")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions["gpuslice"] = handlers
+    verbs = {config.verb_path(config.filter_verb), config.verb_path(config.prioritize_verb),
+             config.verb_path(config.bind_verb)}
 
     def body() -> bytes:
         return request.get_data(cache=False)
 
+    def serve(verb: str, handler: Any) -> Response:
+        return _reply(*handler(body(), request_phases(verb, request.environ)))
+
     app.add_url_rule(config.verb_path(config.filter_verb), "filter",
-                     lambda: _reply(*handlers.filter(body())), methods=["POST"])
+                     lambda: serve("filter", handlers.filter), methods=["POST"])
     app.add_url_rule(config.verb_path(config.prioritize_verb), "prioritize",
-                     lambda: _reply(*handlers.prioritize(body())), methods=["POST"])
+                     lambda: serve("prioritize", handlers.prioritize), methods=["POST"])
     app.add_url_rule(config.verb_path(config.bind_verb), "bind",
-                     lambda: _reply(*handlers.bind(body())), methods=["POST"])
+                     lambda: serve("bind", handlers.bind), methods=["POST"])
     if config.admin_enabled:
-        app.add_url_rule("/admin/release", "release", lambda: _reply(*handlers.release(body())), methods=["POST"])
+        app.add_url_rule("/admin/release", "release", lambda: serve("release", handlers.release), methods=["POST"])
+
+    @app.before_request
+    def guard() -> Response | None:
+        path = request.path
+        operator = path in ("/state", "/metrics") or path.startswith("/admin/")
+        if operator or path in verbs:
+            why = access.refusal(request.environ, operator)
+            if why is not None:
+                return _error(403, why)
+        if request.method == "POST" and request.url_rule is not None and request.mimetype != JSON:
+            return _error(415, f"POST {path} takes {JSON}, not {request.mimetype or 'a body without a type'}")
+        return None
 
     @app.get("/healthz")
     def healthz() -> Response:
@@ -158,8 +249,9 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
     @app.get("/readyz")
     def readyz() -> Response:
         if state.ready:
-            return _reply(200, b'{"status":"ready"}')
-        return _reply(503, b'{"status":"not ready"}')
+            return _reply(200, encode({"status": "ready", "epoch": state.epoch}))
+        why = state.cache.broken or "not ready"
+        return _reply(503, encode({"status": "not ready", "epoch": state.epoch, "reason": why}))
 
     @app.get("/metrics")
     def metrics_view() -> Response:
@@ -171,13 +263,13 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
 
     @app.errorhandler(HTTPException)
     def http_error(e: HTTPException) -> Response:
-        return _reply(e.code or 500, encode({"error": f"{e.name}: {e.description}"}))
+        return _error(e.code or 500, f"{e.name}: {e.description}")
 
     return app
 
 
 def build_app(config: ExtenderConfig) -> Flask:
-    """The app for ``config``: standalone today; cluster sync (issue 5) plugs in its own state here."""
+    """The standalone app for ``config`` (cluster mode is ``extender.cluster.serve:app_from_env()``)."""
     if not config.standalone:
         raise ConfigError("this factory builds the standalone extender; cluster mode is "
                           "extender.cluster.serve:app_from_env()")
@@ -200,6 +292,8 @@ def settle_heap() -> None:
 
 def app_from_env() -> Flask:
     """gunicorn's entry point: ``extender.app:app_from_env()`` reads ``GPUSLICE_*`` settings."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    watch_gc()
     app = build_app(ExtenderConfig.from_env())
     settle_heap()
     return app

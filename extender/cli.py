@@ -14,6 +14,7 @@ from typing import Any
 from extender.client import ClientError, ExtenderClient
 from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig
 from extender.state import MODES
+from extender.wire import DEFAULT_MAX_NODES
 from packing.policies import POLICIES
 
 
@@ -24,14 +25,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     where = ap.add_mutually_exclusive_group()
     where.add_argument("--standalone", action="store_true",
-                       help="no cluster: state in memory, nodes from request bodies or --nodes, binds kept in memory")
+                       help="no cluster: state in memory (not durable), nodes from --nodes (or --learn-nodes), "
+                            "binds kept in memory")
     where.add_argument("--cluster", action="store_true",
                        help="in a cluster (the default): sync from the API server (extender.cluster)")
     ap.add_argument("--demo", action="store_true",
                     help="with --standalone: start the server, drive it with a sample workload, stop, exit")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
-    ap.add_argument("--threads", type=int, default=8, help="gunicorn threads in the one worker (default 8)")
+    ap.add_argument("--threads", type=int, default=8,
+                    help="threads deciding whole requests in the one worker (default 8; bodies are read before)")
     ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
     ap.add_argument("--filter-verb", default="filter")
     ap.add_argument("--prioritize-verb", default="prioritize")
@@ -44,14 +47,32 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--pod-cache", type=int, default=10_000, help="pods remembered between filter and bind")
     ap.add_argument("--refuse-resource", action="append", default=[], metavar="NAME",
                     help="refuse pods asking for this resource, e.g. nvidia.com/gpu (repeatable)")
-    ap.add_argument("--max-body-mib", type=int, default=DEFAULT_MAX_BODY // (1024 * 1024))
+    ap.add_argument("--max-body-mib", type=int, default=DEFAULT_MAX_BODY // (1024 * 1024),
+                    help="largest request body (413 beyond it, chunked bodies too)")
+    ap.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES,
+                    help=f"most nodes one filter or prioritize may name (413 beyond; default {DEFAULT_MAX_NODES})")
+    ap.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+                    help="a request body still arriving after this long is refused with 408 (default 10)")
+    ap.add_argument("--slow-request", type=float, default=0.5, metavar="SECONDS",
+                    help="log a request slower than this with its phases (default 0.5)")
     ap.add_argument("--admin", action="store_true", help="enable POST /admin/release (always on standalone)")
+    ap.add_argument("--learn-nodes", action="store_true",
+                    help="standalone: take GPU inventories from the Node objects of request bodies (trusts every "
+                         "client that reaches the port: use it with mutual TLS)")
+    ap.add_argument("--waiting-ttl", type=float, default=600.0, metavar="SECONDS",
+                    help="standalone: a waiting pod no filter asked about for this long leaves the queue (default 600)")
     ap.add_argument("--nodes", type=int, default=0, help="standalone: seed N nodes named node-<i>")
     ap.add_argument("--gpus-per-node", type=int, default=8, help="standalone: cards per seeded node")
     ap.add_argument("--gpu-model", default="Tesla-V100-SXM2-32GB", help="standalone: model label of seeded cards")
     ap.add_argument("--catalog", default="", help="product catalog TOML (default: the built-in V100 catalog)")
     ap.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")
+    ap.add_argument("--client-ca", default="", help="verify client certificates against this CA (PEM)")
+    ap.add_argument("--require-client-cert", action="store_true",
+                    help="filter, prioritize and bind need a client certificate signed by --client-ca")
+    ap.add_argument("--client-subject", action="append", default=[], metavar="SUBJECT",
+                    help="allow only client certificates with this subject, e.g. CN=kube-scheduler or "
+                         "/O=gpuslice/CN=kube-scheduler (repeatable)")
     return ap
 
 
@@ -64,6 +85,10 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         reservation_ttl_s=args.reservation_ttl, pod_cache_size=args.pod_cache,
         refused_resources=tuple(args.refuse_resource), standalone=args.standalone, admin=args.admin,
         nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model, catalog=args.catalog,
+        max_nodes=args.max_nodes, body_timeout_s=args.body_timeout, slow_request_s=args.slow_request,
+        learn_nodes=args.learn_nodes, waiting_ttl_s=args.waiting_ttl, tls_cert=args.tls_cert, tls_key=args.tls_key,
+        client_ca=args.client_ca, require_client_cert=args.require_client_cert,
+        client_subjects=tuple(args.client_subject),
     )
 
 
@@ -81,7 +106,7 @@ def _entry_point(config: ExtenderConfig) -> str:
     return CLUSTER_APP
 
 
-def _serve(config: ExtenderConfig, tls_cert: str, tls_key: str) -> int:
+def _serve(config: ExtenderConfig) -> int:
     """Run gunicorn in this process (it becomes the master) with the shipped config file."""
     from gunicorn.app.base import BaseApplication
 
@@ -94,8 +119,6 @@ def _serve(config: ExtenderConfig, tls_cert: str, tls_key: str) -> int:
         from extender.cluster.config import ClusterConfig
 
         ClusterConfig.from_env()  # the same for bad GPUSLICE_* cluster settings
-    if bool(tls_cert) != bool(tls_key):
-        raise ConfigError("--tls-cert and --tls-key go together")
     os.environ.update(config.to_env())
 
     class _Extender(BaseApplication):  # type: ignore[misc]
@@ -104,9 +127,6 @@ def _serve(config: ExtenderConfig, tls_cert: str, tls_key: str) -> int:
             for name, value in settings.items():
                 if name in self.cfg.settings:
                     self.cfg.set(name, value)
-            if tls_cert:
-                self.cfg.set("certfile", tls_cert)
-                self.cfg.set("keyfile", tls_key)
 
         def load(self) -> Any:
             module, _, function = target.partition(":")
@@ -132,20 +152,22 @@ def main(argv: Sequence[str]) -> int:
 
         return run_demo(config)
     try:
-        return _serve(config, args.tls_cert, args.tls_key)
+        return _serve(config)
     except (ConfigError, ValueError) as e:
         print(f"gpuslice serve: {e}", file=sys.stderr)
         return 2
 
 
 def _render(state: dict[str, Any]) -> str:
-    lines = [f"mode {state['mode']}, policy {state['policy']}, ready {state['ready']}, "
-             f"reservation TTL {state['reservation_ttl_s']} s"]
+    lines = [f"mode {state['mode']}, policy {state['policy']}, ready {state['ready']}, epoch {state['epoch']}, "
+             f"reservation TTL {state['reservation_ttl_s']} s" + ("" if state["durable"] else ", not durable")]
     lines.append(f"free slices: {', '.join(f'{p} x{n}' for p, n in state['free_slices'].items())}")
     lines.append(f"nodes ({len(state['nodes'])}):")
     for node in state["nodes"]:
-        cards = " ".join(f"[{'#' * ((g['milli'] - g['free_milli']) // 250):<4}]" for g in node["gpus"])
-        lines.append(f"  {node['name']:<20} {cards}")
+        cards = " ".join(f"[{'#' * ((g['milli'] - g['free_milli']) // 250):<4}]{'x' if g['withdrawn'] else ''}"
+                         for g in node["gpus"])
+        lines.append(f"  {node['name']:<20} {cards}  enforcement {node['enforcement']}"
+                     + (", inventory change pending" if node["inventory_pending"] else ""))
     lines.append(f"allocations ({len(state['allocations'])}):")
     for a in state["allocations"]:
         extra = f" expires in {a['expires_in_s']} s" if "expires_in_s" in a else ""
@@ -161,11 +183,19 @@ def _render(state: dict[str, Any]) -> str:
 def status_main(argv: Sequence[str]) -> int:
     """``gpuslice status``: GET /state of a running extender and print it (``--json`` for raw)."""
     ap = argparse.ArgumentParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
-    ap.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}", help="the extender's base URL")
+    ap.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
+                    help="the extender's base URL (GET /state answers over loopback, or to an allowed client "
+                         "certificate)")
+    ap.add_argument("--ca", default="", help="https: verify the extender against this CA (PEM)")
+    ap.add_argument("--cert", default="", help="https: present this client certificate (PEM)")
+    ap.add_argument("--key", default="", help="https: the client certificate's key (PEM)")
+    ap.add_argument("--server-name", default="", help="https: the name the extender's certificate carries, when "
+                    "the URL names an address it does not (e.g. gpuslice-extender.gpuslice-system.svc)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     args = ap.parse_args(list(argv))
     try:
-        with ExtenderClient(args.url, timeout=10) as client:
+        with ExtenderClient(args.url, timeout=10, ca=args.ca, cert=args.cert, key=args.key,
+                            server_name=args.server_name) as client:
             status, state = client.get("/state")
     except ClientError as e:
         print(f"gpuslice status: {e}", file=sys.stderr)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
 from extender.state import StateConfig
+from extender.wire import DEFAULT_MAX_NODES
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -40,16 +41,19 @@ def _words(raw: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class ExtenderConfig:
-    """Everything ``gpuslice serve`` configures: HTTP surface, decisions, standalone seeding."""
+    """Everything ``gpuslice serve`` configures: HTTP surface, TLS, limits, decisions, standalone seeding."""
 
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
-    threads: int = 8
+    threads: int = 8  # threads that run complete requests (a request's body is read before it gets one)
     prefix: str = ""
     filter_verb: str = "filter"
     prioritize_verb: str = "prioritize"
     bind_verb: str = "bind"
     max_body_bytes: int = DEFAULT_MAX_BODY
+    max_nodes: int = DEFAULT_MAX_NODES  # nodes one filter or prioritize may name
+    body_timeout_s: float = 10.0  # a body still arriving after this long is refused (408)
+    slow_request_s: float = 0.5  # a request slower than this is logged with its phases
     mode: str = "strict"
     policy: str = "best-fit"
     reservation_ttl_s: float = 30.0
@@ -57,16 +61,39 @@ class ExtenderConfig:
     refused_resources: tuple[str, ...] = ()
     standalone: bool = False
     admin: bool = False  # POST /admin/release (on by default in standalone mode)
+    learn_nodes: bool = False  # standalone only: inventories from the Node objects of request bodies
+    waiting_ttl_s: float = 600.0  # standalone: a waiting claim no filter asked about for this long leaves
     nodes: int = 0  # standalone seeding: nodes of gpus_per_node cards of gpu_model
     gpus_per_node: int = 8
     gpu_model: str = "Tesla-V100-SXM2-32GB"
     catalog: str = ""
+    tls_cert: str = ""  # serve HTTPS with this certificate (PEM) and ``tls_key``
+    tls_key: str = ""
+    client_ca: str = ""  # verify client certificates against this CA (a certificate it did not sign fails TLS)
+    require_client_cert: bool = False  # the scheduler verbs need a verified client certificate
+    client_subjects: tuple[str, ...] = ()  # allowed client subjects, e.g. CN=kube-scheduler (empty: any the CA signed)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be within 1..65535, got {self.port}")
         if self.threads < 1:
             raise ConfigError(f"threads must be at least 1, got {self.threads}")
+        if self.max_nodes < 1:
+            raise ConfigError(f"max nodes must be at least 1, got {self.max_nodes}")
+        for name in ("body_timeout_s", "slow_request_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("the TLS certificate and its key go together (--tls-cert, --tls-key)")
+        if self.client_ca and not self.tls_cert:
+            raise ConfigError("verifying client certificates (--client-ca) needs TLS (--tls-cert, --tls-key)")
+        if (self.require_client_cert or self.client_subjects) and not self.client_ca:
+            raise ConfigError("requiring client certificates or subjects needs the CA that signs them (--client-ca)")
+        for subject in self.client_subjects:
+            try:
+                parse_subject(subject)
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
         if self.prefix and (not self.prefix.startswith("/") or self.prefix.endswith("/")):
             raise ConfigError(f"prefix must start with '/' and not end with one, got {self.prefix!r}")
         verbs = [self.filter_verb, self.prioritize_verb, self.bind_verb]
@@ -91,6 +118,9 @@ class ExtenderConfig:
             reservation_ttl_s=self.reservation_ttl_s,
             pod_cache_size=self.pod_cache_size,
             refused_resources=self.refused_resources,
+            learn_nodes=self.learn_nodes,
+            standalone=self.standalone,
+            waiting_ttl_s=self.waiting_ttl_s,
         )
 
     @property
@@ -108,6 +138,30 @@ class ExtenderConfig:
     def from_env(cls, env: Mapping[str, str] | None = None) -> ExtenderConfig:
         """Read every ``GPUSLICE_<FIELD>`` that is set; defaults for the rest. ConfigError if bad."""
         return cls(**env_values(cls, os.environ if env is None else env))
+
+
+Subject = tuple[tuple[str, str], ...]
+_SUBJECT_KEYS = {"CN": "commonName", "O": "organizationName", "OU": "organizationalUnitName",
+                 "C": "countryName", "L": "localityName", "ST": "stateOrProvinceName"}
+
+
+def parse_subject(text: str) -> Subject:
+    """An allowed client subject -> the (attribute, value) pairs a certificate's subject must all carry.
+
+    One attribute (``CN=kube-scheduler``) or several in OpenSSL's one-line form
+    (``/O=gpuslice/CN=kube-scheduler``); no commas, so a list of subjects is a comma-separated setting.
+    """
+    parts = [p for p in text.split("/")[1:] if p] if text.startswith("/") else [text]
+    pairs: list[tuple[str, str]] = []
+    for part in parts:
+        key, sep, value = part.partition("=")
+        name = _SUBJECT_KEYS.get(key.strip().upper())
+        if not sep or name is None or not value.strip():
+            raise ValueError(f"client subject {text!r}: {part!r} is not one of {', '.join(_SUBJECT_KEYS)}=VALUE")
+        pairs.append((name, value.strip()))
+    if not pairs:
+        raise ValueError(f"client subject {text!r} is empty")
+    return tuple(pairs)
 
 
 def env_name(field_name: str) -> str:

@@ -11,24 +11,11 @@ for any other policy the view caches fit and reasons, and keys are computed on d
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
+from extender.decide import Code, FitNote, PolicyUse, reason_for
 from packing.ledger import Ledger
-from packing.policies import NodeKey, Policy
 from packing.products import Request
 
 MAX_VIEWS = 64  # request shapes come from the catalog (products x whole-card counts): few
-
-
-@dataclass(frozen=True, slots=True)
-class FitNote:
-    """Whether a request fits on one node now: ``reason`` None means it fits (with the policy's key)."""
-
-    reason: str | None
-    resolvable: bool
-    code: str
-    key: NodeKey | None = None
 
 
 class ShapeView:
@@ -46,12 +33,9 @@ class ShapeView:
 class FitCache:
     """Views per request shape over one ledger; the owner calls ``touch`` on every change of a node."""
 
-    def __init__(self, ledger: Ledger, policy: Policy, node_local: bool,
-                 reason: Callable[[str, Request], str]) -> None:
+    def __init__(self, ledger: Ledger, use: PolicyUse) -> None:
         self.ledger = ledger
-        self.policy = policy
-        self.node_local = node_local
-        self._reason = reason
+        self.use = use
         self._views: dict[Request, ShapeView] = {}
 
     def touch(self, node: str) -> None:
@@ -87,9 +71,11 @@ class FitCache:
             return
         misfit = self.ledger.explain(view.request, name)
         if misfit is None:
-            key = self.policy.node_key(self.ledger, view.request, node) if self.node_local else None
-            view.notes[name] = FitNote(None, True, "", key)
+            key = self.use.policy.node_key(self.ledger, view.request, node) if self.use.node_local else None
+            view.notes[name] = FitNote(None, "", True, key)
             view.fits.add(name)
         else:
-            view.notes[name] = FitNote(self._reason(misfit.code, view.request), misfit.resolvable, misfit.code)
+            code = Code.of(misfit.code)
+            view.notes[name] = FitNote(code, reason_for(code, view.request, misfit.code),
+                                       misfit.resolvable)
             view.fits.discard(name)

@@ -1,12 +1,14 @@
-"""gunicorn settings for the extender: one worker process (it owns the ledger) serving with threads.
+"""gunicorn settings for the extender: one worker process (it owns the ledger), an event loop in front of threads.
 
-Used as ``gunicorn -c python:extender.gunicorn_conf "extender.app:app_from_env()"``; the address and
-thread count come from the same ``GPUSLICE_*`` settings as the app (``extender.config``).
+Used as ``gunicorn -c python:extender.gunicorn_conf "extender.app:app_from_env()"``; the address,
+TLS and limits come from the same ``GPUSLICE_*`` settings as the app (``extender.config``).
 """
 
 from __future__ import annotations
 
 import os
+import ssl
+from typing import Any
 
 from extender.config import ExtenderConfig
 
@@ -14,13 +16,29 @@ _config = ExtenderConfig.from_env()
 
 bind = f"{_config.host}:{_config.port}"
 workers = 1  # one process owns the ledger: a second worker would be a second, disagreeing ledger
-worker_class = "gthread"  # threads share the process's ledger; the state's lock serializes decisions
-threads = _config.threads
+worker_class = "extender.worker.ExtenderWorker"  # requests are read whole on an event loop, then decided in threads
+worker_connections = 1000  # open connections one worker keeps; a stalled one costs a socket, not a thread
 max_requests = 0  # never recycle the worker: recycling would drop the in-memory ledger
 timeout = 30
 graceful_timeout = 10
 keepalive = 75  # kube-scheduler's client reuses connections
-preload_app = False  # the worker builds the state (and issue 5's informer threads) after the fork
+preload_app = False  # the worker builds the state (and the cluster's informer threads) after the fork
+control_socket_disable = True  # gunicorn's control socket (shared by the user's instances) can add workers
 accesslog = os.environ.get("GPUSLICE_ACCESS_LOG") or None
 loglevel = os.environ.get("GPUSLICE_LOG_LEVEL", "info")
 proc_name = "gpuslice-extender"
+if _config.tls_cert:
+    certfile = _config.tls_cert
+    keyfile = _config.tls_key
+if _config.client_ca:
+    ca_certs = _config.client_ca
+    # optional at the TLS layer, so probes and the API server's webhook calls (no certificate) still
+    # connect; a certificate that is presented must verify, and the app requires one where it should
+    cert_reqs = ssl.CERT_OPTIONAL
+
+
+def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
+    """SIGTTIN asks the master for one more worker: refuse, one process owns the ledger."""
+    if new_value is not None and new_value > 1:
+        server.log.warning("refusing %d workers: one gpuslice worker owns the ledger", new_value)
+        server.num_workers = 1

@@ -48,7 +48,8 @@ class ServerProcess:
 
     @property
     def url(self) -> str:
-        return f"http://{self.config.host}:{self.config.port}"
+        scheme = "https" if self.config.tls_cert else "http"
+        return f"{scheme}://{self.config.host}:{self.config.port}"
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -76,7 +77,11 @@ def start_server(
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
 ) -> ServerProcess:
-    """Start gunicorn with ``config`` and wait until it answers ``GET /healthz``."""
+    """Start gunicorn with ``config`` and wait until it answers ``GET /healthz``.
+
+    ``env`` adds to this process's environment (give every test server a private ``HOME``: gunicorn
+    keeps per-user files there); the ``GPUSLICE_*`` settings come from ``config``.
+    """
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="gpuslice-extender-", suffix=".log")
         os.close(fd)
@@ -88,7 +93,7 @@ def start_server(
         process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     server = ServerProcess(process, config, log_path)
     deadline = time.monotonic() + ready_timeout
-    client = ExtenderClient(server.url, timeout=2.0)
+    client = ExtenderClient(server.url, timeout=2.0, verify=False)  # our own child, on loopback
     try:
         while True:
             if process.poll() is not None:

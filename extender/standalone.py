@@ -1,8 +1,14 @@
-"""Standalone mode: no cluster. Nodes come from request bodies or a seed, binds are kept in memory.
+"""Standalone mode: no cluster. Nodes come from a seed (``--nodes``) or, opted in with ``--learn-nodes``,
+from the Node objects of request bodies; binds are kept in memory.
 
 ``MemoryBinder`` is the ``Binder`` for this mode: a bind succeeds by being remembered (with the
 allocation record a cluster binder would write on the pod); releases come from ``POST
-/admin/release`` or reservation expiry.
+/admin/release`` or reservation expiry, and waiting claims no filter asks about again expire.
+
+Nothing here is durable: a restart (or a crashed worker that gunicorn replaces) starts an empty
+ledger under a new epoch, which ``/readyz``, ``/state`` and ``gpuslice_ledger_epoch`` show, so a
+client can tell that every bind it made before is forgotten. A cluster keeps its state in the API
+server (allocation records on the pods) and rebuilds from there.
 """
 
 from __future__ import annotations

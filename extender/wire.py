@@ -6,8 +6,13 @@ objects keep their own lowerCamel keys. Requests may carry ``null`` for either n
 
 Replies follow the scheduler's decoding rules: a filter reply always carries a ``NodeNames`` list
 (possibly empty) because a reply without one rejects every node; with full ``Nodes`` (when
-``nodeCacheCapable`` is false) the scheduler reads ``Nodes`` instead, so we echo the passing Node
-objects there too. ``Error`` is only for internal failures: it skips preemption and events.
+``nodeCacheCapable`` is false) the scheduler reads ``Nodes`` instead, and only the names of the
+objects there (it maps them back to its own Node objects), so the passing nodes are echoed as
+``{"metadata": {"name": ...}}``: a reply never costs more than the names it carries. ``Error`` is
+only for internal failures: it skips preemption and events.
+
+What one request may cost is capped: a body that names more than ``max_nodes`` nodes is refused
+with ``TooLarge`` (HTTP 413) before any work, as is a body over the byte limit (the HTTP layer's).
 """
 
 from __future__ import annotations
@@ -19,10 +24,19 @@ from typing import Any
 
 MIN_SCORE = 0
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+DEFAULT_MAX_NODES = 20_000  # four times Kubernetes' tested limit of 5 000 nodes per cluster
 
 
 class WireError(ValueError):
     """A body that is not what kube-scheduler sends: HTTP 400, nothing changes."""
+
+    status = 400
+
+
+class TooLarge(WireError):
+    """A body that asks for more work than one request may cost: HTTP 413, nothing changes."""
+
+    status = 413
 
 
 def decode_body(body: bytes) -> Any:
@@ -35,6 +49,8 @@ def decode_body(body: bytes) -> Any:
         raise WireError("request body is not UTF-8") from None
     except json.JSONDecodeError as e:
         raise WireError(f"request body is not JSON: {e.msg} at position {e.pos}") from None
+    except ValueError as e:  # e.g. an integer of more than 4 300 digits (CPython's int limit)
+        raise WireError(f"request body is not JSON gpuslice accepts: {e}") from None
     except RecursionError:
         raise WireError("request body nests too deeply") from None
 
@@ -79,9 +95,24 @@ def node_name_of(node: Any, where: str) -> str:
     return name
 
 
-def parse_extender_args(doc: Any) -> ExtenderArgs:
-    """Validate an ``ExtenderArgs`` body (unknown fields are ignored, as Go's decoder does)."""
+def node_name(node: Mapping[str, Any]) -> str:
+    """``metadata.name`` of a Node object that ``parse_extender_args`` accepted."""
+    name: str = node["metadata"]["name"]
+    return name
+
+
+def parse_extender_args(doc: Any, max_nodes: int = DEFAULT_MAX_NODES) -> ExtenderArgs:
+    """Validate an ``ExtenderArgs`` body (unknown fields are ignored, as Go's decoder does).
+
+    TooLarge when it names more than ``max_nodes`` nodes, checked before anything else is looked at.
+    """
     args = _object(doc, "ExtenderArgs")
+    for key in ("NodeNames", "Nodes"):
+        many = args.get(key)
+        if isinstance(many, dict):
+            many = many.get("items")
+        if isinstance(many, list) and len(many) > max_nodes:
+            raise TooLarge(f"ExtenderArgs.{key} names {len(many)} nodes; at most {max_nodes} are accepted")
     pod = args.get("Pod")
     if not isinstance(pod, Mapping):
         raise WireError(f"ExtenderArgs.Pod must be a Pod object, got {_kind(pod)}")
@@ -120,7 +151,7 @@ class FilterResult:
     failed: dict[str, str] = field(default_factory=dict)
     unresolvable: dict[str, str] = field(default_factory=dict)
     error: str = ""
-    nodes: list[Mapping[str, Any]] | None = None  # echoed Node objects in full-Nodes mode
+    nodes: list[Mapping[str, Any]] | None = None  # the passing nodes, by name, in full-Nodes mode
 
     def to_wire(self) -> dict[str, Any]:
         doc: dict[str, Any] = {

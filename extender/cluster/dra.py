@@ -17,6 +17,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.asks import ClaimUnavailable, pod_claim_refs
+from extender.cluster.kube import KubeError
 from packing.products import Catalog, RequestError
 
 Obj = dict[str, Any]
@@ -77,15 +79,9 @@ def claim_products(claim_spec: Mapping[str, Any], catalog: Catalog) -> list[tupl
     return out
 
 
-def pod_claim_refs(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    """The pod's ``spec.resourceClaims`` entries."""
-    spec = pod.get("spec")
-    refs = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
-    return [r for r in refs if isinstance(r, Mapping)] if isinstance(refs, list) else []
-
-
 class ClaimResolver:
-    """Resolves a pod's claims to (product, count) through cached API look-ups (thread-safe)."""
+    """Resolves a pod's claims to (product, count) through cached API look-ups (thread-safe): the
+    ``extender.asks.ClaimLookup`` of cluster mode."""
 
     def __init__(self, catalog: Catalog, get_template: Fetch, get_claim: Fetch, max_entries: int = 10_000) -> None:
         self.catalog = catalog
@@ -103,7 +99,10 @@ class ClaimResolver:
         if hit is not None:
             return hit
         self.lookups += 1
-        obj = (self._get_template if kind == "template" else self._get_claim)(namespace, name)
+        try:
+            obj = (self._get_template if kind == "template" else self._get_claim)(namespace, name)
+        except KubeError as e:
+            raise ClaimUnavailable(f"cannot read {kind} {namespace}/{name} now: {e}") from None
         if obj is not None:  # an absent object is looked up again next time: it may be created later
             with self._lock:
                 if len(self._cache) >= self._max:
@@ -113,7 +112,8 @@ class ClaimResolver:
 
     def products(self, pod: Mapping[str, Any]) -> list[tuple[str, int]]:
         """Every (product, count) the pod's claims ask for; RequestError for a claim we refuse,
-        or for a claim or template that does not exist (yet)."""
+        or for a claim or template that does not exist (yet); ClaimUnavailable when the API cannot
+        be read now."""
         meta = pod.get("metadata")
         ns = (meta.get("namespace") if isinstance(meta, Mapping) else None) or "default"
         status = pod.get("status")

@@ -5,6 +5,7 @@ from an empty ledger, rebuilds it from the API (``/readyz`` stays 503 until then
 runs the watches, the queue gate and the Pending reporter; losing the Lease ends the term at once
 (not ready, parts stopped, ledger dropped). While not ready, filter and bind answer with an
 ``Error`` (kube-scheduler retries the pod with backoff) rather than decide on a partial ledger.
+Every term's ledger has a new epoch (``/readyz``, ``/state``, ``gpuslice_ledger_epoch``).
 
 gunicorn serves it from its one worker: ``extender.cluster.serve:app_from_env()`` with the
 settings in ``GPUSLICE_*`` variables (``extender.config`` and ``extender.cluster.config``).
@@ -22,23 +23,25 @@ from kubernetes import client
 from kubernetes import config as kube_config
 
 from extender.app import create_app, settle_heap
-from extender.cluster.asks import slice_request
+from extender.asks import ClaimUnavailable
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
-from extender.cluster.gate import GateController
-from extender.cluster.kube import Kube, KubeError
+from extender.cluster.gate_controller import GateController
+from extender.cluster.kube import Kube
 from extender.cluster.leader import LeaderElector
 from extender.cluster.metrics import ClusterMetrics
-from extender.cluster.pending import PendingReporter
+from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.sync import ClusterSync
 from extender.cluster.webhook import Pod
 from extender.cluster.webhook import handle as handle_review
-from extender.config import ExtenderConfig
-from extender.metrics import ExtenderMetrics
-from extender.wire import FilterResult, binding_result, encode
+from extender.config import ConfigError, ExtenderConfig
+from extender.inventory import Enforcement
+from extender.metrics import ExtenderMetrics, watch_gc
+from extender.wire import BindingArgs, FilterResult, binding_result, encode
 from packing.products import Catalog, load_catalog
+from packing.record import AllocationRecord
 
 log = logging.getLogger("gpuslice.cluster")
 JSON = "application/json"
@@ -80,6 +83,9 @@ class ClusterRuntime:
         api: client.ApiClient | None = None,
         catalog: Catalog | None = None,
     ) -> None:
+        if config.standalone or config.learn_nodes:
+            raise ConfigError("cluster mode takes its inventory from the node watch only: no --standalone, "
+                              "no --learn-nodes")
         self.config = config
         self.cluster = cluster
         self.catalog = catalog or load_catalog(config.catalog or None)
@@ -87,7 +93,8 @@ class ClusterRuntime:
         self.binder = ClusterBinder(self.kube, may_write=lambda: self.state.ready)
         self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
         self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)
-        self.extender_metrics = ExtenderMetrics(lambda: {**self.state.gauges(), "ready": self.state.ready})
+        self.state.core.on_bound = self._allocated
+        self.extender_metrics = ExtenderMetrics(self.state.core.gauges)
         self.metrics = ClusterMetrics(self.extender_metrics.registry)
         self.elector: LeaderElector | None = None
         if cluster.leader_elect:
@@ -116,6 +123,13 @@ class ClusterRuntime:
     @property
     def term(self) -> _Term | None:
         return self._term
+
+    def _allocated(self, args: BindingArgs, record: AllocationRecord, enforcement: Enforcement) -> None:
+        """A bind went through: the term's reporter tells the pod where its slice is, and who enforces it."""
+        term = self._term
+        if term is not None:
+            pod = {"metadata": {"name": args.pod_name, "namespace": args.pod_namespace, "uid": args.pod_uid}}
+            term.reporter.allocated(pod, record.product or "", record.node, record.gpus, enforcement.value)
 
     def _lead(self) -> None:
         """Start a term: its rebuild runs in its own thread, so the Lease keeps being renewed."""
@@ -179,8 +193,8 @@ class ClusterRuntime:
         """For the webhook: does this pod ask for a slice? ValueError (deny, with the reason) when
         its ask is refused or its DRA claim cannot be read now."""
         try:
-            return slice_request(pod, self.catalog, self.resolver, self.config.refused_resources) is not None
-        except KubeError as e:
+            return self.state.core.asks.request(pod) is not None
+        except ClaimUnavailable as e:
             raise ValueError(f"cannot read the pod's ResourceClaim(Template) now: {e}") from None
 
 
@@ -188,7 +202,7 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
                        start: bool = True) -> Flask:
     """The extender app in cluster mode; ``start`` campaigns for the Lease (or leads) right away."""
     runtime = runtime or ClusterRuntime(config, cluster)
-    app = create_app(runtime.state, config, runtime.extender_metrics)
+    app = create_app(runtime.state.core, config, runtime.extender_metrics)
     app.extensions["gpuslice-cluster"] = runtime
     filter_path = config.verb_path(config.filter_verb)
     bind_path = config.verb_path(config.bind_verb)
@@ -221,4 +235,5 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
 def app_from_env() -> Flask:
     """gunicorn's entry point in cluster mode: ``extender.cluster.serve:app_from_env()``."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    watch_gc()
     return create_cluster_app(ExtenderConfig.from_env(), ClusterConfig.from_env())

@@ -1,35 +1,34 @@
-"""``ClusterState``: the extender's state plus what the cluster sync and the queue gate need.
+"""``ClusterState``: what the cluster sync and the queue gate do to the extender's state.
 
-The base ``ExtenderState`` owns the ledger, the waiting room and the lock; this adds, each under
-that same lock:
+It holds the extender's ``ExtenderState`` (``core``, the one the HTTP layer serves) and works on its
+parts, under the core's one lock:
 
-* ``describe`` that also reads DRA claims (``extender.cluster.asks``);
-* the sync's view of the API: ``sync_node``/``drop_node`` (inventory, inherited), ``observe_bound`` (a bound
+* the sync's view of the API: ``sync_node``/``drop_node`` (inventory), ``observe_bound`` (a bound
   pod's allocation record read back: restart, failover, or a bind the watch shows before our own
   bind call returns), ``observe_gone`` (deleted or finished: its slice frees at once);
 * the gate's queue steps: ``gate_arrive`` (a gated pod joins the line at its creation time),
   ``admit`` (reserve slices for the claims the queue lets in), ``recover_admitted`` (an admitted
   pod that lost its reservation goes back to its place in line), ``explain``;
-* ``reset`` (a new leadership term starts from an empty ledger and rebuilds from the API).
+* ``reset`` (a new leadership term starts from an empty ledger, under a new epoch, and rebuilds
+  from the API).
 
-Clock: wall time (``time.time``), so a pod's creation timestamp is its arrival in line and the
-queue order survives a restart.
+The core's clock is wall time (``time.time``) here, so a pod's creation timestamp is its arrival in
+line and the queue order survives a restart. Request bodies never change the inventory in a
+cluster: the node watch is its only source.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from extender.cluster.asks import describe_cluster_pod
-from extender.cluster.dra import ClaimResolver
-from extender.podspec import PodAsk
+from extender.asks import ClaimLookup, PodAsk
+from extender.inventory import Card, Enforcement
 from extender.state import Binder, ExtenderState, StateConfig
 from packing.entitlements import Entitlement
-from packing.ledger import LedgerError
-from packing.policies import place_on
+from packing.ledger import Allocation, Ledger, LedgerError
 from packing.products import Catalog
 from packing.queue import Admission, Explanation
 from packing.record import AllocationRecord
@@ -40,7 +39,7 @@ KEPT, ADOPTED, PLACED, IN_FLIGHT, CONFLICT = "kept", "adopted", "placed", "in-fl
 UNKNOWN_NODE = "unknown-node"
 
 
-class ClusterState(ExtenderState):
+class ClusterState:
     """The extender's state in a cluster: not ready until the sync has rebuilt it from the API."""
 
     def __init__(
@@ -49,27 +48,57 @@ class ClusterState(ExtenderState):
         binder: Binder,
         config: StateConfig | None = None,
         *,
-        resolver: ClaimResolver | None = None,
+        resolver: ClaimLookup | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(catalog, binder, config, clock=clock)
-        self.resolver = resolver
-        self.ready = False
+        self.core = ExtenderState(catalog, binder, config, clock=clock, claims=resolver)
+        self.core.ready = False
         self._admitted: set[str] = set()  # claims the queue admitted whose bind has not been seen yet
 
-    # ---- asks ------------------------------------------------------------------------------------
+    # ---- the core's parts ------------------------------------------------------------------------
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.core.catalog
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.core.ledger
+
+    @property
+    def ready(self) -> bool:
+        return self.core.ready
+
+    @ready.setter
+    def ready(self, value: bool) -> None:
+        self.core.ready = value
+
+    def clock(self) -> float:
+        return self.core.clock()
 
     def describe(self, pod: Mapping[str, Any]) -> PodAsk:
-        """The pod's ask by resource, annotation or DRA claim (MalformedPod for wrong types)."""
-        return describe_cluster_pod(pod, self.catalog, self.resolver, self.config.refused_resources)
+        """The pod's ask by resource, annotation or DRA claim (MalformedPod, ClaimUnavailable)."""
+        return self.core.describe(pod)
+
+    def sync_node(self, name: str, cards: Iterable[Card], enforcement: Enforcement = Enforcement.NONE) -> str:
+        return self.core.sync_node(name, cards, enforcement)
+
+    def bad_inventory(self, name: str, why: str) -> None:
+        self.core.bad_inventory(name, why)
+
+    def drop_node(self, name: str) -> list[Allocation]:
+        return self.core.drop_node(name)
+
+    def pod(self, uid: str) -> PodAsk | None:
+        return self.core.pod(uid)
 
     # ---- terms -----------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Forget everything (not ready): a new leadership term rebuilds from the API."""
-        with self.lock:
-            self.ready = False
-            self.clear()
+        """Forget everything (not ready): a new leadership term rebuilds from the API under a new epoch."""
+        with self.core.cache.lock:
+            self.core.ready = False
+            self.core.clear()
             self._admitted.clear()
 
     # ---- pods seen through the API ---------------------------------------------------------------
@@ -87,54 +116,66 @@ class ClusterState(ExtenderState):
         if request is None:
             raise LedgerError(f"pod {ask.key} asks for no slice")
         uid = ask.uid
-        with self.lock:
-            if self.bind_in_flight(uid):
+        core, cache = self.core, self.core.cache
+        with cache.lock:
+            if cache.bind_in_flight(uid):
                 return IN_FLIGHT
-            if node not in self.ledger.nodes:
+            if node not in cache.ledger.nodes:
                 return UNKNOWN_NODE  # a node without (known) GPUs, or one that just left with its slices
-            held = self.ledger.allocations.get(uid)
+            held = cache.ledger.allocations.get(uid)
             wanted = record.gpus if record is not None else None
             if held is not None and not held.reserved and held.node == node and wanted in (None, held.gpus):
-                self.mark_bound(uid, node)
+                cache.mark_bound(uid, node)
                 self._admitted.discard(uid)
                 return KEPT
-            if held is not None:
-                self.release_allocation(held)
-            outcome = ADOPTED
             try:
-                if wanted is None:
-                    raise LedgerError("no record")
-                self.ledger.assign(uid, request, node, wanted)
-            except LedgerError:
-                outcome = PLACED
-                try:
-                    place_on(self.ledger, uid, request, node, self.policy)
-                except LedgerError as e:
+                with cache.undo_on_error():
                     if held is not None:
-                        self.restore_allocation(held)
-                    log.error("pod %s is bound to %s but the ledger cannot hold it there: %s", ask.key, node, e)
-                    return CONFLICT
-            self.touch(node)
-            self.mark_bound(uid, node)
+                        cache.release(uid)
+                    outcome = self._hold(uid, request, node, wanted)
+            except LedgerError as e:
+                log.error("pod %s is bound to %s but the ledger cannot hold it there: %s", ask.key, node, e)
+                return CONFLICT
+            if held is not None and held.node != node:
+                core.inventory.settle(held.node)
+            cache.mark_bound(uid, node)
             self._admitted.discard(uid)
-            self.remember(ask)
-            self.waiting.start(ask, self.clock())  # a claim the queue admitted already counts as running
+            core.take_in(ask)
+            core.waiting.start(ask, core.clock())  # a claim the queue admitted already counts as running
             return outcome
+
+    def _hold(self, uid: str, request: Any, node: str, wanted: tuple[str, ...] | None) -> str:
+        """The bound pod's slice on ``node``: the record's GPUs, else the policy's pick (LedgerError if neither)."""
+        cache = self.core.cache
+        if wanted is not None:
+            try:
+                with cache.undo_on_error():
+                    cache.assign(uid, request, node, wanted)
+                return ADOPTED
+            except LedgerError:
+                pass  # a record the ledger cannot hold: place it by policy, as if it had none
+        gpus = self.core.policy.pick(cache.ledger, request, node)
+        if gpus is None:
+            misfit = cache.ledger.explain(request, node)
+            raise LedgerError(misfit.message if misfit is not None else f"does not fit on {node}")
+        cache.assign(uid, request, node, gpus)
+        return PLACED
 
     def observe_gone(self, uid: str) -> bool:
         """The pod was deleted or finished: free its slice and its place in line now."""
-        found = self.release(uid)
-        with self.lock:
-            queue = self.waiting.queue
+        found = self.core.release(uid)
+        core = self.core
+        with core.cache.lock:
+            queue = core.waiting.queue
             where = queue.state(uid)
             if where == "waiting":
                 queue.withdraw(uid)
                 found = True
             elif where == "running":
-                alloc = self.ledger.allocations.get(uid)
-                queue.depart(uid, self.clock())
+                alloc = core.ledger.allocations.get(uid)
+                queue.depart(uid, core.clock())
                 if alloc is not None:
-                    self.touch(alloc.node)
+                    core.cache.touch(alloc.node)
                 found = True
             self._admitted.discard(uid)
         return found
@@ -145,22 +186,24 @@ class ClusterState(ExtenderState):
         """A gated pod joins the line at ``arrived_at`` (its creation); False when it is already known."""
         if ask.request is None:
             return False
-        with self.lock:
+        core = self.core
+        with core.cache.lock:
             uid = ask.uid
-            known = uid in self.ledger.allocations or self.bound_node(uid) is not None
-            if known or self.waiting.queue.state(uid) is not None:
+            known = uid in core.ledger.allocations or core.cache.bound_node(uid) is not None
+            if known or core.waiting.queue.state(uid) is not None:
                 return False
-            self.remember(ask)
-            self.waiting.arrive(ask, reason, arrived_at)
-            return self.waiting.queue.state(uid) == "waiting"
+            core.take_in(ask)
+            core.waiting.arrive(ask, reason, arrived_at)
+            return core.waiting.queue.state(uid) == "waiting"
 
     def admit(self, now: float) -> list[Admission]:
         """One admission step: reserve slices (until now + TTL) for the claims the queue lets in."""
-        with self.lock:
-            self.expire_due(now)
-            admissions = self.waiting.queue.admit(now)
+        core = self.core
+        with core.cache.lock:
+            core.expire_due(now)
+            admissions = core.waiting.queue.admit(now)
             for a in admissions:
-                self.touch(a.allocation.node)
+                core.cache.touch(a.allocation.node)
                 self._admitted.add(a.claim)
             return admissions
 
@@ -168,12 +211,13 @@ class ClusterState(ExtenderState):
         """Admitted claims that lost their reservation before a bind (a filter found no node for
         them): back to their place in line. Returns their uids."""
         lost: list[str] = []
-        with self.lock:
-            queue = self.waiting.queue
+        core = self.core
+        with core.cache.lock:
+            queue = core.waiting.queue
             for uid in list(self._admitted):
-                if self.bound_node(uid) is not None or queue.state(uid) != "running":
+                if core.cache.bound_node(uid) is not None or queue.state(uid) != "running":
                     self._admitted.discard(uid)
-                elif uid not in self.ledger.allocations and not self.bind_in_flight(uid):
+                elif uid not in core.ledger.allocations and not core.cache.bind_in_flight(uid):
                     queue.requeue(uid)
                     self._admitted.discard(uid)
                     lost.append(uid)
@@ -181,33 +225,33 @@ class ClusterState(ExtenderState):
 
     def explain(self, now: float) -> list[Explanation]:
         """Every waiting claim in queue order, with its position, reason and what it waits for."""
-        with self.lock:
-            return self.waiting.queue.explain(now)
+        with self.core.cache.lock:
+            return self.core.waiting.queue.explain(now)
 
     def set_entitlements(self, entitlements: Mapping[str, Entitlement | None]) -> None:
         """Set (or with None, lift) namespaces' entitlements; they apply from the next step."""
-        with self.lock:
+        with self.core.cache.lock:
             for namespace, entitlement in entitlements.items():
-                self.waiting.queue.set_entitlement(namespace, entitlement)
+                self.core.waiting.queue.set_entitlement(namespace, entitlement)
 
     # ---- views for the resync --------------------------------------------------------------------
 
     def committed(self) -> dict[str, tuple[str, tuple[str, ...]]]:
         """Bound claims: uid -> (node, GPUs)."""
-        with self.lock:
-            return {a.claim: (a.node, a.gpus) for a in self.ledger.allocations.values() if not a.reserved}
+        with self.core.cache.lock:
+            return {a.claim: (a.node, a.gpus) for a in self.core.ledger.allocations.values() if not a.reserved}
 
     def knows_node(self, name: str) -> bool:
         """Does the ledger hold GPUs of this node?"""
-        with self.lock:
-            return name in self.ledger.nodes
+        with self.core.cache.lock:
+            return name in self.core.ledger.nodes
 
     def binding(self, uid: str) -> bool:
         """Is a bind of this pod in flight right now?"""
-        with self.lock:
-            return self.bind_in_flight(uid)
+        with self.core.cache.lock:
+            return self.core.cache.bind_in_flight(uid)
 
     def waiting_state(self, uid: str) -> str | None:
         """``waiting``, ``running`` (admitted or bound) or None, as the queue sees the claim."""
-        with self.lock:
-            return self.waiting.queue.state(uid)
+        with self.core.cache.lock:
+            return self.core.waiting.queue.state(uid)

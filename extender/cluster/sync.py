@@ -26,17 +26,18 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.asks import ClaimUnavailable, MalformedPod
 from extender.cluster.config import ClusterConfig
 from extender.cluster.entitlements import changes, parse_configmap
 from extender.cluster.informer import Informer
 from extender.cluster.kube import Kube, KubeError, parse_time, q
 from extender.cluster.metrics import ClusterMetrics
-from extender.cluster.pending import PendingReporter
+from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import PLACED, ClusterState
 from extender.cluster.threads import join, start_daemon
 from extender.cluster.webhook import GATE
-from extender.inventory import InventoryError, cards_of_node
-from extender.podspec import MalformedPod
+from extender.inventory import InventoryError, inventory_of_node
+from extender.inventory_sync import SyncOutcome
 from packing.entitlements import Entitlement
 from packing.record import ANNOTATION, AllocationRecord, RecordError, decode
 
@@ -159,17 +160,21 @@ class ClusterSync:
             self.kick()
             return
         try:
-            cards = cards_of_node(name, node, self.state.catalog)
+            inventory = inventory_of_node(name, node, self.state.catalog)
         except InventoryError as e:
             log.warning("node %s: cannot read its GPU inventory: %s", name, e)
             self.state.bad_inventory(name, str(e))
             return
-        outcome = self.state.sync_node(name, cards)
-        if outcome == "busy":
-            log.warning("node %s: its GPU inventory changed under live allocations; kept the old one until "
-                        "they end", name)
-        elif outcome != "same":
-            log.info("node %s: inventory %s (%d GPUs)", name, outcome, len(cards))
+        outcome = self.state.sync_node(name, inventory.cards, inventory.enforcement)
+        if outcome == SyncOutcome.PENDING:
+            log.warning("node %s: its GPU inventory changed under live slices; the cards they hold are withdrawn "
+                        "(nothing new goes there) and change once the slices leave", name)
+            self.kick()
+        elif outcome == SyncOutcome.INVALID:
+            log.warning("node %s: the ledger refused its GPU inventory; kept the previous one", name)
+        elif outcome != SyncOutcome.SAME:
+            log.info("node %s: inventory %s (%d GPUs, enforcement %s)", name, outcome, len(inventory.cards),
+                     inventory.enforcement)
             self.kick()
 
     def _on_pod(self, kind: str, pod: Obj) -> None:
@@ -187,7 +192,7 @@ class ClusterSync:
         self._by_uid[uid] = pod
         try:
             ask = self.state.describe(pod)
-        except (MalformedPod, KubeError) as e:
+        except (MalformedPod, ClaimUnavailable, KubeError) as e:
             log.warning("pod %s: cannot read its slice ask: %s", _key(pod), e)
             return
         if not ask.managed:
@@ -282,7 +287,7 @@ class ClusterSync:
                     continue
                 try:
                     ask = self.state.describe(pod)
-                except (MalformedPod, KubeError):
+                except (MalformedPod, ClaimUnavailable, KubeError):
                     continue
                 if ask.request is None:
                     continue

@@ -20,10 +20,10 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from extender.cluster.pending import PendingNotifier, notice_of
+from extender.asks import PodAsk
+from extender.cluster.pending_writer import PendingNotifier, notice_of
 from extender.cluster.state import ClusterState
 from extender.inventory import synthetic_cards
-from extender.podspec import PodAsk
 from extender.state import StateConfig
 from packing.products import load_catalog
 from packing.queue import Explanation
@@ -110,7 +110,7 @@ def main() -> None:
         plain.sync_node(f"n{n}", synthetic_cards(f"n{n}", CARDS, V100, 32768))
     started = time.perf_counter()
     for uid, node, g in uids:
-        plain.adopt(PodAsk(uid, uid, "ns", whole),
+        plain.core.adopt(PodAsk(uid, uid, "ns", whole),
                     AllocationRecord(uid, node, (f"{node}/gpu-{g}",), "v100-100", 1000, 32768))
     adopt = (time.perf_counter() - started) / len(uids)
     print(f"rebuild, per bound pod: observe_bound {observe * 1e6:.0f} us, adopt {adopt * 1e6:.0f} us "

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 
 from extender.cluster.kube import MERGE_PATCH, Kube, KubeError, q
-from extender.cluster.pending import CONDITION
+from extender.cluster.pending_writer import CONDITION
 from extender.cluster.webhook import GATE
 from packing.record import ANNOTATION, AllocationRecord, decode
 

@@ -1,6 +1,6 @@
 """gpuslice end to end: the real kube-apiserver and kube-scheduler, our extender under gunicorn.
 
-Scenarios (issue 5): best-fit packing through filter/prioritize/bind; explained Pending and a
+Scenarios: best-fit packing through filter/prioritize/bind; explained Pending and a
 freed slice going to the head of the line within seconds; entitlements; a SIGKILL in the middle
 of a burst of 200 pods; a pod deleted while the extender is down; a DRA pod placed like an
 extended-resource one. Timings worth reporting are printed (``-s`` shows them) and written to

@@ -29,7 +29,7 @@ from extender.samples import binding_args, filter_args, pod
 from extender.server import ServerProcess, free_port
 from packing.products import load_catalog
 
-from .gunicorn_proc import running_extender
+from .gunicorn_proc import children, make_certs, running_extender, serving_env, wait_for_workers
 
 CATALOG = load_catalog()
 NODES = [f"node-{i}" for i in range(4)]
@@ -230,3 +230,136 @@ def test_gpuslice_serve_refuses_inconsistent_settings(capsys: pytest.CaptureFixt
     assert "not in the catalog" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--demo"])  # the demo runs without a cluster only
+
+
+# ---- hardening: the defects a hostile client found, each against a real gunicorn process ----------
+
+
+def _https(url: str, ca: Path, cert: tuple[Path, Path] | None, method: str = "GET", path: str = "/healthz",
+           doc: Any = None) -> tuple[int, Any]:
+    """One HTTPS request verifying the server against ``ca``, presenting ``cert`` (or none)."""
+    import http.client
+    import ssl
+    from urllib.parse import urlsplit
+
+    context = ssl.create_default_context(cafile=str(ca))
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    parts = urlsplit(url)
+    conn = http.client.HTTPSConnection(parts.hostname or "", parts.port, context=context, timeout=10)
+    try:
+        body = None if doc is None else json.dumps(doc).encode()
+        conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+        reply = conn.getresponse()
+        return reply.status, json.loads(reply.read() or b"null")
+    finally:
+        conn.close()
+
+
+@pytest.mark.timeout(120)
+def test_3_mutual_tls_verifies_client_certificates_and_their_subjects(tmp_path: Path) -> None:
+    import ssl
+
+    certs = make_certs(tmp_path / "tls")
+    settings = {"GPUSLICE_NODES": "2", "GPUSLICE_TLS_CERT": str(certs.server[0]),
+                "GPUSLICE_TLS_KEY": str(certs.server[1]), "GPUSLICE_CLIENT_CA": str(certs.ca),
+                "GPUSLICE_REQUIRE_CLIENT_CERT": "1", "GPUSLICE_CLIENT_SUBJECTS": "CN=kube-scheduler"}
+    with serving_env(tmp_path, settings) as server:
+        url = f"https://127.0.0.1:{server.config.port}"
+        body = filter_args(pod("p", "v100-25"), ["node-0", "node-1"])
+        status, reply = _https(url, certs.ca, certs.scheduler, "POST", "/filter", body)
+        assert status == 200 and reply["NodeNames"], reply
+        status, reply = _https(url, certs.ca, None, "POST", "/filter", body)  # no certificate: refused
+        assert status == 403 and "certificate" in reply["error"], reply
+        status, reply = _https(url, certs.ca, certs.intruder, "POST", "/filter", body)  # not on the allow-list
+        assert status == 403 and "intruder" in reply["error"], reply
+        with pytest.raises((ssl.SSLError, ConnectionError, OSError)):  # a certificate of another CA: no handshake
+            _https(url, certs.ca, certs.stranger, "POST", "/filter", body)
+        assert _https(url, certs.ca, None)[0] == 200  # probes carry no certificate
+        assert _https(url, certs.ca, None, path="/state")[0] == 200  # over loopback
+
+
+def _stall(port: int, path: str = "/filter") -> Any:
+    """A connection that sends a request's headers and 1 of its 100 body bytes, then nothing more."""
+    import socket
+
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+              f"Content-Length: 100\r\n\r\n{{".encode())
+    return s
+
+
+@pytest.mark.timeout(300)
+def test_4_stalled_clients_do_not_stop_scheduling(tmp_path: Path) -> None:
+    with serving_env(tmp_path, {"GPUSLICE_NODES": "2", "GPUSLICE_THREADS": "8"}) as server:
+        port = server.config.port
+        stalled = [_stall(port) for _ in range(200)]
+        try:
+            time.sleep(0.5)  # every stalled connection has been accepted and is waiting for its body
+            with ExtenderClient(server.url, timeout=10) as client:
+                assert client.get("/healthz")[0] == 200
+                status, reply = client.post("/filter", filter_args(pod("p", "v100-25"), ["node-0", "node-1"]))
+                assert status == 200 and reply["NodeNames"], reply
+        finally:
+            for s in stalled:
+                s.close()
+
+
+@pytest.mark.timeout(300)
+def test_7_a_worker_crash_is_visible_as_a_new_ledger_epoch(tmp_path: Path) -> None:
+    with serving_env(tmp_path, {"GPUSLICE_NODES": "1"}) as server, ExtenderClient(server.url, timeout=10) as client:
+        status, before = client.get("/readyz")
+        assert status == 200 and "epoch" in before, before
+        p = pod("held", "v100-25")
+        client.post("/filter", filter_args(p, ["node-0"]))
+        assert client.post("/bind", binding_args(p, "node-0"))[1] == {"Error": ""}
+        (worker,) = children(server.pid)
+        os.kill(worker, signal.SIGKILL)
+        wait_for_workers(server.pid, not_in=(worker,))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                status, after = client.get("/readyz")
+                break
+            except ClientError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert after["epoch"] != before["epoch"], (before, after)
+        _, state = client.get("/state")
+        assert state["epoch"] == after["epoch"] and state["allocations"] == []  # the lost bind says so
+        _, text = client.request_raw("GET", "/metrics")
+        (line,) = [x for x in text.decode().splitlines() if x.startswith("gpuslice_ledger_epoch ")]
+        assert float(line.split()[1]) == float(after["epoch"])
+
+
+@pytest.mark.timeout(120)
+def test_8_one_worker_stays_one_worker(tmp_path: Path) -> None:
+    from gunicorn.ctl.client import ControlClient, ControlClientError
+
+    with serving_env(tmp_path, {"GPUSLICE_NODES": "1"}) as server:
+        home = tmp_path / "home"
+        sockets = [p for p in (home / ".gunicorn" / "gunicorn.ctl", home / "gunicorn.ctl") if p.exists()]
+        for path in sockets:  # none should exist; one that does must not take commands from another process
+            with pytest.raises(ControlClientError), ControlClient(str(path), timeout=5) as ctl:
+                ctl.send_command("worker add 1")
+        os.kill(server.pid, signal.SIGTTIN)  # the signal way of asking for one more worker
+        time.sleep(3)
+        assert len(children(server.pid)) == 1, children(server.pid)
+        assert not sockets, f"a control socket is open: {sockets}"
+
+
+@pytest.mark.timeout(120)
+def test_9_a_chunked_body_over_the_limit_is_413(tmp_path: Path) -> None:
+    import http.client
+
+    with serving_env(tmp_path, {"GPUSLICE_NODES": "1", "GPUSLICE_MAX_BODY_BYTES": "4096"}) as server:
+        body = json.dumps(filter_args(pod("p", "v100-25"), [f"node-{i}" for i in range(1000)])).encode()
+        assert len(body) > 4096
+        conn = http.client.HTTPConnection("127.0.0.1", server.config.port, timeout=10)
+        try:
+            conn.request("POST", "/filter", body=iter([body[i:i + 1000] for i in range(0, len(body), 1000)]),
+                         headers={"Content-Type": "application/json"}, encode_chunked=True)
+            reply = conn.getresponse()
+            assert reply.status == 413, (reply.status, reply.read()[:300])
+        finally:
+            conn.close()

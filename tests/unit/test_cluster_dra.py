@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.asks import claim_request, describe_cluster_pod, slice_request
+from extender.asks import AskReader, ClaimUnavailable, PodSpecError, claim_request
 from extender.cluster.dra import ClaimResolver, claim_products, device_class_name, product_of_device_class
-from extender.podspec import PodSpecError
+from extender.cluster.kube import KubeError
 from packing.products import RequestError, load_catalog
 
 CATALOG = load_catalog()
@@ -132,31 +132,42 @@ def test_claim_request_combines_counts_and_refuses_two_products() -> None:
         claim_request(dra_pod(template_name="two-quarters"), CATALOG, resolver)
 
 
-def test_describe_turns_a_dra_pod_into_a_slice_ask() -> None:
+def test_reading_turns_a_dra_pod_into_a_slice_ask() -> None:
     resolver = Api({("ns", "half"): template(exactly("v100-50.gpuslice.io"))}).resolver()
-    ask = describe_cluster_pod(dra_pod(), CATALOG, resolver)
+    ask = AskReader(CATALOG, claims=resolver).read(dra_pod())
     assert ask.request is not None and ask.request.product == "v100-50" and ask.refusal is None
     # without a resolver (or without claims) it is the plain pod description
-    assert describe_cluster_pod(dra_pod(), CATALOG, None).request is None
+    assert AskReader(CATALOG, claims=None).read(dra_pod()).request is None
 
 
 def test_asking_twice_is_refused() -> None:
     resolver = Api({("ns", "half"): template(exactly("v100-50.gpuslice.io"))}).resolver()
     pod = dra_pod(extra_resources={"gpuslice.io/v100-25": "1"})
-    ask = describe_cluster_pod(pod, CATALOG, resolver)
+    ask = AskReader(CATALOG, claims=resolver).read(pod)
     assert ask.request is None and ask.refusal is not None and "twice" in ask.refusal
     with pytest.raises(PodSpecError, match="twice"):
-        slice_request(pod, CATALOG, resolver)
+        AskReader(CATALOG, claims=resolver).request(pod)
 
 
 def test_claims_of_other_drivers_ask_for_nothing() -> None:
     resolver = Api({("ns", "half"): template(exactly("gpu.nvidia.com"))}).resolver()
-    assert describe_cluster_pod(dra_pod(), CATALOG, resolver).request is None
-    assert slice_request(dra_pod(), CATALOG, resolver) is None
+    assert AskReader(CATALOG, claims=resolver).read(dra_pod()).request is None
+    assert AskReader(CATALOG, claims=resolver).request(dra_pod()) is None
 
 
-def test_slice_request_needs_no_uid_at_admission() -> None:
+def test_the_request_needs_no_uid_at_admission() -> None:
     resolver = Api({("ns", "half"): template(exactly("v100-50.gpuslice.io"))}).resolver()
     pod = dra_pod(uid="")
-    request = slice_request(pod, CATALOG, resolver)
+    request = AskReader(CATALOG, claims=resolver).request(pod)
     assert request is not None and request.milli == 500
+
+
+def test_an_api_that_cannot_be_read_is_unavailable_not_a_refusal() -> None:
+    def away(namespace: str, name: str) -> Any:
+        raise KubeError(0, "connection refused")
+
+    reader = AskReader(CATALOG, claims=ClaimResolver(CATALOG, away, away))
+    with pytest.raises(ClaimUnavailable, match="connection refused"):
+        reader.read(dra_pod())
+    with pytest.raises(ClaimUnavailable):
+        reader.request(dra_pod())

@@ -75,10 +75,15 @@ def test_sync_node_outcomes() -> None:
     assert state.sync_node("n1", cards("n1", 4)) == "replaced"
     a = ask(state, "p", "v100-25")
     assert state.observe_bound(a, None, "n1") == PLACED
-    assert state.sync_node("n1", cards("n1", 1)) == "busy"  # never drops a live allocation
-    assert len(state.ledger.nodes["n1"].gpus) == 4
+    held = state.ledger.allocations[a.uid].gpus
+    assert held == ("n1/gpu-0",)
+    assert state.sync_node("n1", cards("n1", 1)) == "replaced"  # the idle cards go at once
+    assert [g.uuid for g in state.ledger.nodes["n1"].gpus] == ["n1/gpu-0"]
+    assert state.sync_node("n1", ()) == "pending"  # never drops a live allocation: withdrawn until it leaves
+    assert state.ledger.gpus["n1/gpu-0"].withdrawn and state.ledger.allocations[a.uid].gpus == held
     assert state.observe_gone(a.uid)
-    assert state.sync_node("n1", ()) == "removed" and "n1" not in state.ledger.nodes
+    assert "n1" not in state.ledger.nodes  # the change waited for the slice, and applied when it left
+    assert state.sync_node("n1", ()) == "same"
     assert state.drop_node("n1") == []
 
 
@@ -96,7 +101,7 @@ def test_gate_admits_in_creation_order_and_explains_the_rest() -> None:
     assert [(e.claim, e.position, e.reason) for e in waiting] == [(asks[2].uid, 1, "NoCapacity"),
                                                                    (asks[3].uid, 2, "NoCapacity")]
     state.ledger.verify()
-    state.waiting.queue.verify()
+    state.core.waiting.queue.verify()
 
 
 def test_observe_bound_outcomes() -> None:
@@ -122,7 +127,7 @@ def test_observe_bound_waits_for_our_own_bind() -> None:
     state, _, _ = new_state()
     state.sync_node("n1", cards("n1", 1))
     a = ask(state, "a", "v100-25")
-    state._binding[a.uid] = __import__("threading").Event()  # a bind in flight
+    state.core.cache.begin_bind(a.uid)  # a bind in flight
     assert state.observe_bound(a, None, "n1") == IN_FLIGHT
     assert a.uid not in state.ledger.allocations
 
@@ -139,7 +144,7 @@ def test_admitted_pod_that_loses_its_reservation_goes_back_to_its_place() -> Non
     assert set(admitted) == {first.uid, second.uid}
     # kube-scheduler offers `first` only a node where it does not fit: its filter drops the reservation
     other = admitted[second.uid]
-    outcome = state.filter(ExtenderArgs(pod("first", "v100-100"), [other]))
+    outcome = state.core.filter(ExtenderArgs(pod("first", "v100-100"), [other]))
     assert outcome.result.node_names == [] and first.uid not in state.ledger.allocations
     assert state.recover_admitted() == [first.uid]
     assert [e.claim for e in state.explain(clock.now + 5)] == [first.uid, third.uid]  # back ahead of third
@@ -168,7 +173,7 @@ def test_reset_forgets_everything() -> None:
     state.ready = True
     state.reset()
     assert not state.ready and not state.ledger.nodes and not state.ledger.allocations
-    assert state.waiting.queue.waiting() == 0 and state.waiting.queue.running() == 0
+    assert state.core.waiting.queue.waiting() == 0 and state.core.waiting.queue.running() == 0
     state.sync_node("n1", cards("n1", 1))  # a new term rebuilds from scratch
     assert state.observe_bound(a, None, "n1") == PLACED
 
@@ -181,13 +186,13 @@ def test_admitted_then_bound_pod_counts_once(caplog: pytest.LogCaptureFixture) -
     state.gate_arrive(a, clock.now, "gated")
     state.gate_arrive(b, clock.now + 1, "gated")
     assert [x.claim for x in state.admit(clock.now + 2)] == [a.uid]
-    assert state.filter(ExtenderArgs(pod("a", "v100-100"), ["n1"])).result.node_names == ["n1"]
+    assert state.core.filter(ExtenderArgs(pod("a", "v100-100"), ["n1"])).result.node_names == ["n1"]
     with caplog.at_level("WARNING"):
-        assert state.bind(BindingArgs("a", "default", a.uid, "n1")).ok
+        assert state.core.bind(BindingArgs("a", "default", a.uid, "n1")).ok
     assert not caplog.records  # the queue already tracks an admitted claim as running: no complaint
-    assert state.waiting.queue.usage("default").held("v100-100") == 1  # counted once, not twice
+    assert state.core.waiting.queue.usage("default").held("v100-100") == 1  # counted once, not twice
     assert state.admit(clock.now + 3) == []  # b still waits on the entitlement
-    state.waiting.queue.verify()
+    state.core.waiting.queue.verify()
 
 
 @pytest.mark.parametrize("gone_while", ["waiting", "admitted", "bound"])
@@ -199,13 +204,13 @@ def test_observe_gone_frees_at_every_stage(gone_while: str) -> None:
     if gone_while in ("admitted", "bound"):
         state.admit(clock.now)
     if gone_while == "bound":
-        outcome = state.filter(ExtenderArgs(pod("a", "v100-100"), ["n1"]))
+        outcome = state.core.filter(ExtenderArgs(pod("a", "v100-100"), ["n1"]))
         assert outcome.result.node_names == ["n1"]
-        assert state.bind(BindingArgs("a", "default", a.uid, "n1")).ok
+        assert state.core.bind(BindingArgs("a", "default", a.uid, "n1")).ok
     assert state.observe_gone(a.uid)
     assert not state.ledger.allocations
-    assert state.waiting.queue.waiting() == 0 and state.waiting.queue.running() == 0
-    state.waiting.queue.verify()
+    assert state.core.waiting.queue.waiting() == 0 and state.core.waiting.queue.running() == 0
+    state.core.waiting.queue.verify()
 
 
 class ClusterMachine(RuleBasedStateMachine):
@@ -246,13 +251,13 @@ class ClusterMachine(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(sorted(n for n, p in self.pods.items() if p["node"] is None)))
         every = sorted(self.api_nodes)
         candidates = data.draw(st.one_of(st.just(every), st.lists(st.sampled_from(every), unique=True)))
-        outcome = self.state.filter(ExtenderArgs(self.pods[name]["doc"], candidates))
+        outcome = self.state.core.filter(ExtenderArgs(self.pods[name]["doc"], candidates))
         passing = outcome.result.node_names
         target = passing[0] if (follow and passing) else (candidates[0] if candidates else None)
         if target is None:
             return
         self.binder.fail = fail
-        result = self.state.bind(BindingArgs(name, "default", self._ask(name).uid, target))
+        result = self.state.core.bind(BindingArgs(name, "default", self._ask(name).uid, target))
         self.binder.fail = False
         if result.ok and result.record is not None:
             self.pods[name]["node"], self.pods[name]["record"] = target, result.record
@@ -275,7 +280,7 @@ class ClusterMachine(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([1.0, 31.0]))
     def time_passes(self, seconds: float) -> None:
         self.clock.now += seconds
-        self.state.expire()
+        self.state.core.expire()
 
     @rule()
     def restart(self) -> None:
@@ -293,7 +298,7 @@ class ClusterMachine(RuleBasedStateMachine):
     @invariant()
     def consistent(self) -> None:
         self.state.ledger.verify()
-        self.state.waiting.queue.verify()
+        self.state.core.waiting.queue.verify()
         bound = {self.state.describe(p["doc"]).uid: (p["node"], p["record"].gpus)
                  for p in self.pods.values() if p["node"] is not None}
         assert self.state.committed() == bound

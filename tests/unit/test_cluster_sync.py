@@ -144,7 +144,7 @@ def test_resync_repairs_and_counts_drift() -> None:
     sync.rebuild()
     assert sync.resync() == 0
     # drift behind the sync's back: a's slice lost from the ledger, b deleted without an event
-    state.release(a["metadata"]["uid"])
+    state.core.release(a["metadata"]["uid"])
     del api.pods["b"]
     assert sync.resync() == 2
     assert state.committed() == {a["metadata"]["uid"]: ("n1", ("n1/gpu-0",))}
@@ -170,11 +170,11 @@ def test_entitlements_configmap_applies_and_keeps_previous_on_error() -> None:
     cm = {"metadata": {"name": "gpuslice-entitlements", "namespace": "gpuslice-system", "uid": "cm"},
           "data": {"team": "v100-100=1"}}
     sync.entitlements.apply("ADDED", api._rv(cm))
-    assert state.waiting.queue.entitlement("team") is not None and kicks
+    assert state.core.waiting.queue.entitlement("team") is not None and kicks
     bad = copy.deepcopy(cm)
     bad["data"] = {"team": "v100-100=lots"}
     sync.entitlements.apply("MODIFIED", api._rv(bad))
-    entitlement = state.waiting.queue.entitlement("team")
+    entitlement = state.core.waiting.queue.entitlement("team")
     assert entitlement is not None and entitlement.max_slices == {"v100-100": 1}
     sync.entitlements.apply("DELETED", api._rv(copy.deepcopy(bad)))
-    assert state.waiting.queue.entitlement("team") is None
+    assert state.core.waiting.queue.entitlement("team") is None

@@ -39,9 +39,11 @@ def test_health_readiness_follow_the_state_flag() -> None:
     state, client = setup()
     assert client.get("/healthz").status_code == 200
     assert client.get("/readyz").status_code == 200
-    state.ready = False  # issue 5: not synced yet, or not the leader
+    assert client.get("/readyz").get_json() == {"status": "ready", "epoch": state.epoch}
+    state.ready = False  # cluster mode: not synced yet, or not the leader
     not_ready = client.get("/readyz")
-    assert not_ready.status_code == 503 and not_ready.get_json() == {"status": "not ready"}
+    assert not_ready.status_code == 503
+    assert not_ready.get_json() == {"status": "not ready", "epoch": state.epoch, "reason": "not ready"}
     assert client.get("/healthz").status_code == 200
 
 

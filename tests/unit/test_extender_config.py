@@ -34,6 +34,15 @@ def configs(draw: st.DrawFn) -> ExtenderConfig:
         admin=draw(st.booleans()),
         nodes=draw(st.integers(0, 100)) if standalone else 0,
         gpus_per_node=draw(st.integers(0, 16)),
+        learn_nodes=draw(st.booleans()) if standalone else False,
+        waiting_ttl_s=draw(st.floats(0.001, 1e6)),
+        max_nodes=draw(st.integers(1, 10**6)),
+        body_timeout_s=draw(st.floats(0.001, 1e3)),
+        slow_request_s=draw(st.floats(0.001, 1e3)),
+        **draw(st.sampled_from([{}, {"tls_cert": "/tls/c.crt", "tls_key": "/tls/c.key"},
+                                {"tls_cert": "c.crt", "tls_key": "c.key", "client_ca": "ca.crt",
+                                 "require_client_cert": True,
+                                 "client_subjects": ("CN=kube-scheduler", "/O=gpuslice/CN=status")}])),
     )
 
 
@@ -53,6 +62,14 @@ def test_env_round_trip_is_exact(config: ExtenderConfig) -> None:
     ({"GPUSLICE_FILTER_VERB": "bind"}, "distinct"),
     ({"GPUSLICE_RESERVATION_TTL_S": "0"}, "TTL"),
     ({"GPUSLICE_NODES": "3"}, "standalone mode only"),
+    ({"GPUSLICE_LEARN_NODES": "1"}, "standalone mode only"),
+    ({"GPUSLICE_STANDALONE": "1", "GPUSLICE_WAITING_TTL_S": "-1"}, "waiting TTL"),
+    ({"GPUSLICE_MAX_NODES": "0"}, "max nodes"),
+    ({"GPUSLICE_TLS_CERT": "c.crt"}, "go together"),
+    ({"GPUSLICE_CLIENT_CA": "ca.crt"}, "needs TLS"),
+    ({"GPUSLICE_REQUIRE_CLIENT_CERT": "1"}, "needs the CA"),
+    ({"GPUSLICE_TLS_CERT": "c", "GPUSLICE_TLS_KEY": "k", "GPUSLICE_CLIENT_CA": "ca",
+      "GPUSLICE_CLIENT_SUBJECTS": "commonname-kube"}, "not one of"),
 ])
 def test_bad_settings_name_what_is_wrong(env: dict[str, str], needle: str) -> None:
     with pytest.raises(ConfigError, match=needle):

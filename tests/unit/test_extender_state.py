@@ -1,4 +1,4 @@
-"""ExtenderState decisions: strict narrowing + reservations, cooperative mode, bind, expiry, queue.
+"""ExtenderState decisions: strict narrowing + reservations, cooperative mode, bind, expiry, queue, transactions.
 
 The stateful test drives random filter/prioritize/bind/release/clock sequences and checks every
 filter and prioritize answer against a recomputation from scratch on a copy of the ledger (so the
@@ -16,12 +16,13 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from extender.asks import PodAsk
 from extender.config import ExtenderConfig
+from extender.decide import BindCode, Code, reason_for
 from extender.inventory import synthetic_cards
-from extender.podspec import PodAsk
 from extender.samples import pod
 from extender.standalone import MemoryBinder, build_state
-from extender.state import BindError, ExtenderState, StateConfig, reason_for
+from extender.state import BindError, ExtenderState, StateConfig
 from extender.wire import BindingArgs, ExtenderArgs
 from packing.ledger import Ledger
 from packing.policies import get_policy
@@ -124,7 +125,7 @@ def test_reasons_are_stable_and_sorted_into_resolvable_or_not() -> None:
     assert "UnknownNode" in out.result.unresolvable["ghost"]
     small = pod("small", "v100-100")
     out = state.filter(fargs(small, ["node-0", "node-1"]))
-    assert out.result.failed == {n: reason_for("NotEnoughWholeGPUs", CATALOG.request("v100-100"))
+    assert out.result.failed == {n: reason_for(Code.NOT_ENOUGH_WHOLE_GPUS, CATALOG.request("v100-100"))
                                  for n in ("node-0", "node-1")}
     assert not any(ch.isdigit() for r in out.result.failed.values() for ch in r.split(":", 1)[1].replace(
         "v100-100", ""))  # no numbers in reasons: kube-scheduler aggregates identical ones
@@ -344,6 +345,81 @@ def test_concurrent_filter_and_bind_never_over_commit() -> None:
     assert errors == []
     state.ledger.verify()
     assert state.ledger.free_milli() >= 0
+
+
+# ---- transactions, outcome codes -----------------------------------------------------------------
+
+
+def test_a_request_that_fails_midway_leaves_the_ledger_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    from extender.samples import gpu_node
+
+    config = StateConfig(standalone=True, learn_nodes=True)
+    state = ExtenderState(CATALOG, MemoryBinder(), config, clock=Clock())
+    p = pod("a", "v100-25")
+    state.filter(ExtenderArgs(p, ["n1", "n2"], [gpu_node("n1", 2), gpu_node("n2", 2)]))  # learned; reserved on one
+    before, nodes = state.ledger.fingerprint(), set(state.ledger.nodes)
+    reserved = state.ledger.allocations[p["metadata"]["uid"]].node
+    other = next(n for n in nodes if n != reserved)
+
+    def on_fire(request: Any) -> Any:
+        raise RuntimeError("view on fire")
+
+    monkeypatch.setattr(state.cache.fits, "view", on_fire)
+    for verb in (state.filter, state.prioritize):  # each learns a node and lets go of the reservation first
+        with pytest.raises(RuntimeError, match="on fire"):
+            verb(ExtenderArgs(p, ["n1", "n3"], [gpu_node("n1", 4), gpu_node("n3", 4)]))
+        assert state.ledger.fingerprint() == before and set(state.ledger.nodes) == nodes
+    monkeypatch.undo()
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("assign on fire")
+
+    monkeypatch.setattr(state.cache, "assign", refuse)  # a bind on another node: release there, then fail
+    with pytest.raises(RuntimeError, match="assign on fire"):
+        state.bind(bargs(p, other))
+    assert state.ledger.fingerprint() == before
+    monkeypatch.undo()
+    assert state.ready and state.bind(bargs(p, other)).ok  # nothing was left half done, no bind in flight either
+    state.ledger.verify()
+
+
+def test_an_undo_that_fails_turns_the_state_not_ready() -> None:
+    state = make_state()
+    with state.cache.lock, pytest.raises(RuntimeError, match="request failed"), state.cache.undo_on_error():
+        state.cache.assign("x", CATALOG.request("v100-25"), "node-0", ("node-0/gpu-0",))
+        state.ledger.release("x")  # a change behind the cache's back: the journal can no longer undo
+        raise RuntimeError("request failed")
+    assert state.cache.broken and not state.ready
+
+
+def test_every_bind_outcome_has_its_code() -> None:
+    class Failing(MemoryBinder):
+        def bind(self, args: BindingArgs, record: AllocationRecord | None) -> None:
+            raise BindError("API away")
+
+    state = make_state(nodes=2, gpus=1)
+    p, q, cpu = pod("a", "v100-100"), pod("b", "v100-100"), pod("cpu")
+    refused = pod("odd", None, extra_resources={"gpuslice.io/v100-75": "1"})
+    assert state.bind(bargs(p, "node-0")).code is BindCode.UNKNOWN_POD
+    for x in (p, q, cpu, refused):
+        state.filter(fargs(x, names(2)))
+    node = state.ledger.allocations[p["metadata"]["uid"]].node
+    assert state.bind(bargs(p, "ghost")).code is BindCode.UNKNOWN_NODE
+    assert state.bind(bargs(q, node)).code is BindCode.NO_FIT
+    assert state.bind(bargs(refused, node)).code is BindCode.REFUSED
+    assert state.bind(bargs(cpu, "cpu-node")).code is BindCode.UNMANAGED
+    bound = state.bind(bargs(p, node))
+    assert bound.code is BindCode.BOUND and bound.ok and bound.record is not None
+    assert bound.enforcement is not None and bound.enforcement.value == "none"  # seeded: known by labels only
+    assert state.bind(bargs(p, node)).code is BindCode.REPEAT
+    assert state.bind(bargs(p, next(n for n in names(2) if n != node))).code is BindCode.ALREADY_BOUND
+    failing = ExtenderState(CATALOG, Failing(), StateConfig())
+    failing.add_node("node-0", synthetic_cards("node-0", 1, V100, 32768))
+    failing.filter(fargs(q, ["node-0"]))
+    before = failing.ledger.fingerprint()
+    failed = failing.bind(bargs(q, "node-0"))
+    assert failed.code is BindCode.BINDER_FAILED and "API away" in failed.error
+    assert q["metadata"]["uid"] not in failing.ledger.allocations and failing.ledger.fingerprint() != before
 
 
 # ---- stateful property: every answer equals a recomputation from scratch ---------------------------

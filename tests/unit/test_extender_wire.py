@@ -40,6 +40,10 @@ def raw(doc: Any) -> bytes:
     return json.dumps(doc).encode()
 
 
+def post(client: Any, path: str, body: bytes) -> Any:
+    return client.post(path, data=body, content_type="application/json")
+
+
 # ---- requests ------------------------------------------------------------------------------------
 
 
@@ -134,9 +138,10 @@ def test_host_priority_list_is_an_array_of_host_and_score_in_range() -> None:
 
 
 def test_over_http_both_modes_answer_in_the_shape_the_scheduler_decodes() -> None:
-    state = build_state(ExtenderConfig(standalone=True, nodes=2, gpus_per_node=1), CATALOG)
-    client = create_app(state, ExtenderConfig(standalone=True)).test_client()
-    by_names = client.post("/filter", data=raw(filter_args(pod("a", "v100-100"), ["node-0", "node-1", "x"])))
+    config = ExtenderConfig(standalone=True, nodes=2, gpus_per_node=1, learn_nodes=True)
+    state = build_state(config, CATALOG)
+    client = create_app(state, config).test_client()
+    by_names = post(client, "/filter", raw(filter_args(pod("a", "v100-100"), ["node-0", "node-1", "x"])))
     doc = by_names.get_json()
     assert by_names.status_code == 200 and by_names.mimetype == "application/json"
     assert set(doc) == {"NodeNames", "Nodes", "FailedNodes", "FailedAndUnresolvableNodes", "Error"}
@@ -144,13 +149,13 @@ def test_over_http_both_modes_answer_in_the_shape_the_scheduler_decodes() -> Non
     assert doc["NodeNames"] == ["node-0", "node-1"]  # empty cluster: both nodes tie
     assert list(doc["FailedAndUnresolvableNodes"]) == ["x"]
     nodes = [gpu_node("gpu-a", 1), gpu_node("gpu-b", 2), gpu_node("cpu-c", 0)]
-    by_objects = client.post("/filter", data=raw(filter_args(pod("b", "v100-50"), nodes=nodes))).get_json()
+    by_objects = post(client, "/filter", raw(filter_args(pod("b", "v100-50"), nodes=nodes))).get_json()
     assert by_objects["NodeNames"] == [n["metadata"]["name"] for n in by_objects["Nodes"]["items"]]
-    assert by_objects["Nodes"]["items"][0] == nodes[0]  # the Node objects are echoed unchanged
+    assert by_objects["Nodes"]["items"][0] == {"metadata": {"name": "gpu-a"}}  # the scheduler reads only names
     assert "cpu-c" in by_objects["FailedAndUnresolvableNodes"]
-    scores = client.post("/prioritize", data=raw(filter_args(pod("b", "v100-50"), ["gpu-a", "gpu-b"]))).get_json()
+    scores = post(client, "/prioritize", raw(filter_args(pod("b", "v100-50"), ["gpu-a", "gpu-b"]))).get_json()
     assert [set(s) for s in scores] == [{"Host", "Score"}] * 2
-    bound = client.post("/bind", data=raw(binding_args(pod("b", "v100-50"), by_objects["NodeNames"][0])))
+    bound = post(client, "/bind", raw(binding_args(pod("b", "v100-50"), by_objects["NodeNames"][0])))
     assert bound.get_json() == {"Error": ""}
 
 

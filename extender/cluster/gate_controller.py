@@ -27,7 +27,7 @@ from typing import Any
 
 from extender.cluster.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeError
 from extender.cluster.metrics import ClusterMetrics
-from extender.cluster.pending import PendingReporter
+from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.threads import join, start_daemon
 from extender.cluster.webhook import GATE

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.cluster.kube import KubeError
-from extender.cluster.pending import (
+from extender.cluster.pending_writer import (
     ADMITTED,
     CONDITION,
     Notice,

@@ -1,24 +1,31 @@
-"""How a pod asks for a slice: pod JSON -> packing Request (or None when it asks for nothing we manage).
+"""What a pod asks for: pod JSON -> a slice ``Request`` (or nothing gpuslice manages), in one place.
 
-Two ways today (issue 5 adds DRA claims): an extended resource per product
-(``gpuslice.io/v100-50: 1`` in a container's requests or limits; count > 1 only for whole cards),
-or the pod annotation ``gpuslice.io/product: v100-50``. Both name products from the catalog, so
-the resource prefix and the product names are data, not code.
+Three ways of asking, one catalog: an extended resource per product (``gpuslice.io/v100-50: 1``
+in a container's requests or limits; count > 1 only for whole cards), the pod annotation
+``gpuslice.io/product: v100-50``, or a DRA claim whose request names a product's DeviceClass. The
+first two are read from the pod alone; a claim needs its ResourceClaim or template, which the
+``ClaimLookup`` given to ``AskReader`` fetches (cluster mode: ``extender.cluster.dra.ClaimResolver``;
+standalone: none, claims are not read). A pod asks for one product in one way: asking twice is
+refused with the reason.
 
-Two error types: ``MalformedPod`` for a body no API server would produce (wrong JSON types; the
-HTTP layer answers 400), and ``PodSpecError`` for a well-formed pod asking for something we
-refuse (unknown product, a bare whole-GPU resource on a shared pool): that pod fails every node
-with the error's message as its reason.
+Three error types: ``MalformedPod`` for a body no API server would produce (wrong JSON types; the
+HTTP layer answers 400), ``PodSpecError`` for a well-formed pod asking for something gpuslice
+refuses (unknown product, a bare whole-GPU resource on a shared pool): that pod fails every node
+with the message as its reason, and ``ClaimUnavailable`` when a claim cannot be read right now.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from packing.products import Catalog, Request, RequestError
+
+_WHOLE_NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
+MAX_DIGITS = 18  # far above any slice count, and within what a quantity and a Go int64 hold
 
 
 class PodSpecError(ValueError):
@@ -27,6 +34,17 @@ class PodSpecError(ValueError):
 
 class MalformedPod(PodSpecError):
     """The pod JSON has wrong types where the Kubernetes API guarantees a shape."""
+
+
+class ClaimUnavailable(Exception):
+    """A DRA claim (or its template) of the pod cannot be read now; asking again later may work."""
+
+
+class ClaimLookup(Protocol):
+    """Reads a pod's DRA claims: (product, count) for each request naming one of our DeviceClasses."""
+
+    def products(self, pod: Mapping[str, Any]) -> list[tuple[str, int]]:
+        """RequestError for a claim gpuslice refuses; ClaimUnavailable when it cannot be read now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +100,8 @@ def _count(value: Any, where: str) -> int:
         count = value
     elif isinstance(value, str):
         text = value.strip()
-        if not text.isdigit():
-            raise PodSpecError(f"{where} = {value!r}: slices are counted in whole numbers")
+        if not _WHOLE_NUMBER.fullmatch(text) or len(text) > MAX_DIGITS:
+            raise PodSpecError(f"{where} = {value[:40]!r}: slices are counted in whole numbers")
         count = int(text)
     elif isinstance(value, float):
         if not math.isfinite(value) or value != int(value):
@@ -144,8 +162,8 @@ def resource_asks(pod: Mapping[str, Any], prefix: str, also: Collection[str] = (
     return {name: n for name, n in total.items() if n > 0}
 
 
-def request_of(pod: Mapping[str, Any], catalog: Catalog, *, refused: Collection[str] = ()) -> Request | None:
-    """The slice ``pod`` asks for, or None when it asks for nothing gpuslice manages.
+def direct_request(pod: Mapping[str, Any], catalog: Catalog, *, refused: Collection[str] = ()) -> Request | None:
+    """The slice the pod asks for by extended resource or annotation; None when it asks for neither.
 
     ``refused``: resource names (e.g. ``nvidia.com/gpu``) that must not be used on this pool;
     asking for one raises PodSpecError. MalformedPod for wrong JSON types.
@@ -187,6 +205,36 @@ def request_of(pod: Mapping[str, Any], catalog: Catalog, *, refused: Collection[
     return None
 
 
+def pod_claim_refs(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod's ``spec.resourceClaims`` entries."""
+    spec = pod.get("spec")
+    refs = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    return [r for r in refs if isinstance(r, Mapping)] if isinstance(refs, list) else []
+
+
+def claim_request(pod: Mapping[str, Any], catalog: Catalog, claims: ClaimLookup | None) -> Request | None:
+    """The slice the pod's DRA claims ask for; None when they name none of our classes (or none are read).
+
+    PodSpecError for a claim gpuslice refuses; ClaimUnavailable when one cannot be read now.
+    """
+    if claims is None or not pod_claim_refs(pod):
+        return None
+    try:
+        asks = claims.products(pod)
+    except RequestError as e:
+        raise PodSpecError(str(e)) from None
+    if not asks:
+        return None
+    products = {p for p, _ in asks}
+    if len(products) > 1:
+        raise PodSpecError(f"a pod asks for one product, its claims for {', '.join(sorted(products))}")
+    (product,) = products
+    try:
+        return catalog.request(product, sum(n for _, n in asks))
+    except RequestError as e:
+        raise PodSpecError(str(e)) from None
+
+
 def time_limit_of(pod: Mapping[str, Any], catalog: Catalog) -> float | None:
     """Declared runtime in seconds: ``spec.activeDeadlineSeconds``, else the time-limit annotation."""
     spec = _mapping(pod.get("spec"), "Pod.spec")
@@ -206,9 +254,9 @@ def time_limit_of(pod: Mapping[str, Any], catalog: Catalog) -> float | None:
     try:
         seconds = float(raw)
     except ValueError:
-        raise PodSpecError(f"annotation {key}={raw!r} is not a number of seconds") from None
+        raise PodSpecError(f"annotation {key}={raw[:40]!r} is not a number of seconds") from None
     if not math.isfinite(seconds) or seconds <= 0:
-        raise PodSpecError(f"annotation {key}={raw!r} must be a positive number of seconds")
+        raise PodSpecError(f"annotation {key}={raw[:40]!r} must be a positive number of seconds")
     return seconds
 
 
@@ -221,34 +269,55 @@ def _str_field(doc: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
-def describe_pod(pod: Any, catalog: Catalog, *, refused: Collection[str] = ()) -> PodAsk:
-    """Everything the extender needs from a pod: identity, request or refusal, runtime, priority.
+@dataclass(frozen=True, slots=True)
+class AskReader:
+    """Turns a pod into what it asks for, by any of the three ways, under one catalog and refusal list."""
 
-    MalformedPod for wrong types, and for a pod gpuslice manages that has no ``metadata.uid``
-    (reservations and bind are keyed by it). A refusal is returned, not raised.
-    """
-    if not isinstance(pod, Mapping):
-        raise MalformedPod("Pod must be an object")
-    metadata = _mapping(pod.get("metadata"), "Pod.metadata")
-    uid = _str_field(metadata, "uid", "Pod.metadata")
-    name = _str_field(metadata, "name", "Pod.metadata")
-    namespace = _str_field(metadata, "namespace", "Pod.metadata") or "default"
-    spec = _mapping(pod.get("spec"), "Pod.spec")
-    priority = spec.get("priority", 0)
-    if priority is None:
-        priority = 0
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise MalformedPod("Pod.spec.priority must be an integer")
-    request: Request | None = None
-    refusal: str | None = None
-    limit: float | None = None
-    try:
-        request = request_of(pod, catalog, refused=refused)
-        limit = time_limit_of(pod, catalog) if request is not None else None
-    except MalformedPod:
-        raise
-    except PodSpecError as e:
-        request, refusal = None, str(e)
-    if (request is not None or refusal is not None) and not uid:
-        raise MalformedPod("Pod.metadata.uid is required for a pod asking for a GPU slice")
-    return PodAsk(uid, name, namespace, request, refusal, limit, priority)
+    catalog: Catalog
+    refused: tuple[str, ...] = ()
+    claims: ClaimLookup | None = None  # DRA claim look-up; None: claims are not read
+
+    def request(self, pod: Mapping[str, Any]) -> Request | None:
+        """The slice ``pod`` asks for (admission: the pod has no uid yet).
+
+        PodSpecError when gpuslice refuses it (MalformedPod for wrong types); ClaimUnavailable when
+        one of its claims cannot be read now.
+        """
+        direct = direct_request(pod, self.catalog, refused=self.refused)
+        claimed = claim_request(pod, self.catalog, self.claims)
+        if direct is not None and claimed is not None:
+            raise PodSpecError("the pod asks for a slice twice: by resource or annotation and by a DRA claim")
+        return direct if direct is not None else claimed
+
+    def read(self, pod: Any) -> PodAsk:
+        """Everything the extender needs from a pod: identity, request or refusal, runtime, priority.
+
+        MalformedPod for wrong types, and for a pod gpuslice manages that has no ``metadata.uid``
+        (reservations and bind are keyed by it); ClaimUnavailable as for ``request``. A refusal is
+        returned, not raised.
+        """
+        if not isinstance(pod, Mapping):
+            raise MalformedPod("Pod must be an object")
+        metadata = _mapping(pod.get("metadata"), "Pod.metadata")
+        uid = _str_field(metadata, "uid", "Pod.metadata")
+        name = _str_field(metadata, "name", "Pod.metadata")
+        namespace = _str_field(metadata, "namespace", "Pod.metadata") or "default"
+        spec = _mapping(pod.get("spec"), "Pod.spec")
+        priority = spec.get("priority", 0)
+        if priority is None:
+            priority = 0
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise MalformedPod("Pod.spec.priority must be an integer")
+        ask = PodAsk(uid, name, namespace, None, None, None, priority)
+        try:
+            request = self.request(pod)
+            limit = time_limit_of(pod, self.catalog) if request is not None else None
+        except MalformedPod:
+            raise
+        except PodSpecError as e:
+            ask = replace(ask, refusal=str(e))
+        else:
+            ask = replace(ask, request=request, time_limit_s=limit)
+        if ask.managed and not uid:
+            raise MalformedPod("Pod.metadata.uid is required for a pod asking for a GPU slice")
+        return ask

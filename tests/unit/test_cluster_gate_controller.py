@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from extender.cluster.gate import GateController, gate_index, lift_patch, nudge_patch
+from extender.cluster.gate_controller import GateController, gate_index, lift_patch, nudge_patch
 from extender.cluster.kube import JSON_PATCH, KubeError
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.state import ClusterState
@@ -121,7 +121,7 @@ def test_pod_gone_before_its_gate_is_lifted_frees_the_reservation() -> None:
     del api.pods[doc["metadata"]["uid"]]
     gate.lookup = lambda uid: None
     gate.step()
-    assert not state.ledger.allocations and state.waiting.queue.running() == 0
+    assert not state.ledger.allocations and state.core.waiting.queue.running() == 0
 
 
 def test_moved_gate_is_read_again_and_lifted() -> None:

@@ -1,12 +1,14 @@
-"""Explained Pending: a pod condition and an Event for every waiting pod, updated on change only.
+"""The Pending explanation writer: a pod condition and an Event for every waiting pod, updated on change only.
 
 The condition ``gpuslice.io/Queued`` (status True while the pod waits) carries the reason, the
 queue position and what the pod waits for. A new reason rewrites it at once and emits an Event,
 so ``kubectl describe pod`` tells the story; a changed position or message (capacity moved, the
 line moved) rewrites only the condition, at most every ``min_interval`` seconds: a long queue must
 not turn every admission into n status writes. When the queue admits the pod the condition turns
-False with reason ``Admitted`` (and one Event). The writes run in the reporter's own thread, so a
-slow API server never delays a gate being lifted.
+False with reason ``Admitted`` (and one Event). When a pod is bound, one ``Allocated`` Event names
+its GPUs and who enforces the slice there (``enforcement: agent``, or ``none`` on a node known only
+by its labels, as a Warning). The writes run in the reporter's own thread, so a slow API server
+never delays a gate being lifted or a bind.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ CONDITION = "gpuslice.io/Queued"
 COMPONENT = "gpuslice"
 ADMITTED = "Admitted"
 REFUSED = "Refused"
+ALLOCATED = "Allocated"
 
 Obj = dict[str, Any]
 
@@ -158,6 +161,7 @@ class PendingReporter:
         self._lock = threading.Lock()
         self._latest: dict[str, Notice] = {}
         self._extra: dict[str, Notice] = {}  # admitted / refused notices, written once
+        self._events: list[tuple[Obj, Notice, str]] = []  # (pod identity, notice, event type): events only
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -185,6 +189,20 @@ class PendingReporter:
             self._extra[uid] = Notice(REFUSED, message, 0, "True")
         self._wake.set()
 
+    def allocated(self, pod: Obj, product: str, node: str, gpus: tuple[str, ...], enforcement: str) -> None:
+        """The pod was bound: one Event says where its slice is and who enforces it there."""
+        where = f"{product or 'slice'} on node {node}, GPU {', '.join(gpus)}"
+        if enforcement == "agent":
+            text = f"{where}; enforcement: agent (the gpuslice node agent hands over the slice and caps it)"
+            kind = "Normal"
+        else:
+            text = (f"{where}; enforcement: none (node {node} is known only by its GPU labels: no gpuslice node "
+                    "agent enforces the slice's memory cap or compute share there)")
+            kind = "Warning"
+        with self._lock:
+            self._events.append((pod, Notice(ALLOCATED, text, 0, "True"), kind))
+        self._wake.set()
+
     def forget(self, uid: str) -> None:
         with self._lock:
             self._latest.pop(uid, None)
@@ -196,7 +214,17 @@ class PendingReporter:
         with self._lock:
             todo = {**self._latest, **self._extra}  # an admitted/refused notice wins over a stale waiting one
             self._extra = {}
+            events, self._events = self._events, []
         writes = 0
+        for bound, notice, kind in events:
+            who = bound.get("metadata") or {}
+            try:
+                self.kube.create_event(who.get("namespace") or "default", event(bound, notice, self.clock(), kind))
+                writes += 1
+                self._count("event")
+            except KubeError as e:
+                log.warning("telling pod %s/%s where its slice is failed: %s", who.get("namespace"),
+                            who.get("name"), e)
         for uid, notice in todo.items():
             now = self.clock()
             with self._lock:

@@ -1,4 +1,5 @@
-"""How a pod asks for a slice: extended resources, the product annotation, refusals, runtime."""
+"""How a pod asks for a slice: extended resources, the product annotation, refusals, runtime (DRA claims:
+``test_cluster_dra.py``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.podspec import MalformedPod, PodSpecError, describe_pod, request_of, time_limit_of
+from extender.asks import AskReader, MalformedPod, PodSpecError, direct_request, time_limit_of
 from extender.samples import pod
 from packing.products import load_catalog
 
@@ -35,56 +36,58 @@ def asking(limits: dict[str, Any] | None = None, requests: dict[str, Any] | None
 
 @pytest.mark.parametrize("product", ["v100-25", "v100-50", "v100-100"])
 def test_each_catalog_product_is_an_extended_resource(product: str) -> None:
-    r = request_of(pod("p", product), CATALOG)
+    r = direct_request(pod("p", product), CATALOG)
     assert r == CATALOG.request(product)
 
 
 def test_the_annotation_asks_too_and_must_agree_with_a_resource() -> None:
-    assert request_of(pod("p", "v100-50", via="annotation"), CATALOG) == CATALOG.request("v100-50")
+    assert direct_request(pod("p", "v100-50", via="annotation"), CATALOG) == CATALOG.request("v100-50")
     both = pod("p", "v100-50")
     both["metadata"]["annotations"]["gpuslice.io/product"] = "v100-50"
-    assert request_of(both, CATALOG) == CATALOG.request("v100-50")
+    assert direct_request(both, CATALOG) == CATALOG.request("v100-50")
     both["metadata"]["annotations"]["gpuslice.io/product"] = "v100-25"
     with pytest.raises(PodSpecError, match="disagrees"):
-        request_of(both, CATALOG)
+        direct_request(both, CATALOG)
 
 
 def test_whole_cards_may_be_counted_fractions_may_not() -> None:
-    assert request_of(pod("p", "v100-100", count=4), CATALOG) == CATALOG.request("v100-100", 4)
+    assert direct_request(pod("p", "v100-100", count=4), CATALOG) == CATALOG.request("v100-100", 4)
     with pytest.raises(PodSpecError, match="at most one fractional slice"):
-        request_of(pod("p", "v100-25", count=2), CATALOG)
+        direct_request(pod("p", "v100-25", count=2), CATALOG)
     two_containers = with_containers([asking({"gpuslice.io/v100-50": "1"}), asking({"gpuslice.io/v100-50": "1"})])
     with pytest.raises(PodSpecError, match="fractional"):
-        request_of(two_containers, CATALOG)
+        direct_request(two_containers, CATALOG)
 
 
 def test_nothing_managed_means_none() -> None:
-    assert request_of(pod("p"), CATALOG) is None
-    assert request_of(pod("p", extra_resources={"nvidia.com/gpu": "1"}), CATALOG) is None
-    assert request_of({"metadata": {"name": "bare"}}, CATALOG) is None
-    assert request_of(pod("p", "v100-50", count=0), CATALOG) is None
+    assert direct_request(pod("p"), CATALOG) is None
+    assert direct_request(pod("p", extra_resources={"nvidia.com/gpu": "1"}), CATALOG) is None
+    assert direct_request({"metadata": {"name": "bare"}}, CATALOG) is None
+    assert direct_request(pod("p", "v100-50", count=0), CATALOG) is None
 
 
 def test_refusals_name_the_problem() -> None:
     with pytest.raises(PodSpecError, match=r"unknown product resource gpuslice\.io/v100-75"):
-        request_of(pod("p", extra_resources={"gpuslice.io/v100-75": "1"}), CATALOG)
+        direct_request(pod("p", extra_resources={"gpuslice.io/v100-75": "1"}), CATALOG)
     with pytest.raises(PodSpecError, match="unknown product 'a100-50'"):
-        request_of(pod("p", "a100-50", via="annotation"), CATALOG)
+        direct_request(pod("p", "a100-50", via="annotation"), CATALOG)
     bare = pod("p", extra_resources={"nvidia.com/gpu": "1"})
     with pytest.raises(PodSpecError, match=r"nvidia.com/gpu asks for whole GPUs .* gpuslice.io/v100-100 instead"):
-        request_of(bare, CATALOG, refused=("nvidia.com/gpu",))
+        direct_request(bare, CATALOG, refused=("nvidia.com/gpu",))
     mixed = with_containers([asking({"gpuslice.io/v100-25": "1"}), asking({"gpuslice.io/v100-50": "1"})])
     with pytest.raises(PodSpecError, match="one product"):
-        request_of(mixed, CATALOG)
-    with pytest.raises(PodSpecError, match="whole numbers"):
-        request_of(with_containers([asking({"gpuslice.io/v100-25": "500m"})]), CATALOG)
+        direct_request(mixed, CATALOG)
+    for odd in ("500m", "²", "١", "1e3", "9" * 40):  # int() takes "١" (Arabic-Indic one), isdigit() takes "²"
+        with pytest.raises(PodSpecError, match="whole numbers"):
+            direct_request(with_containers([asking({"gpuslice.io/v100-25": odd})]), CATALOG)
     with pytest.raises(PodSpecError, match="must be equal"):
-        request_of(with_containers([asking({"gpuslice.io/v100-100": "2"}, {"gpuslice.io/v100-100": "1"})]), CATALOG)
+        direct_request(with_containers([asking({"gpuslice.io/v100-100": "2"}, {"gpuslice.io/v100-100": "1"})]), CATALOG)
 
 
 def test_limits_alone_requests_alone_and_numbers_count() -> None:
-    assert request_of(with_containers([asking({"gpuslice.io/v100-100": 2})]), CATALOG) == CATALOG.request("v100-100", 2)
-    assert request_of(with_containers([asking(None, {"gpuslice.io/v100-25": "1"})]), CATALOG) == \
+    two = direct_request(with_containers([asking({"gpuslice.io/v100-100": 2})]), CATALOG)
+    assert two == CATALOG.request("v100-100", 2)
+    assert direct_request(with_containers([asking(None, {"gpuslice.io/v100-25": "1"})]), CATALOG) == \
         CATALOG.request("v100-25")
 
 
@@ -92,12 +95,12 @@ def test_init_containers_follow_kubernetes_effective_request_rules() -> None:
     whole = {"gpuslice.io/v100-100": "1"}
     # a plain init container runs before the app containers: max, not sum
     doc = with_containers([asking(whole)], init=[asking({"gpuslice.io/v100-100": "2"})])
-    assert request_of(doc, CATALOG) == CATALOG.request("v100-100", 2)
+    assert direct_request(doc, CATALOG) == CATALOG.request("v100-100", 2)
     doc = with_containers([asking(whole), asking(whole)], init=[asking(whole)])
-    assert request_of(doc, CATALOG) == CATALOG.request("v100-100", 2)
+    assert direct_request(doc, CATALOG) == CATALOG.request("v100-100", 2)
     # a sidecar (restartPolicy Always) runs alongside them: sum
     doc = with_containers([asking(whole)], init=[asking(whole, restartPolicy="Always")])
-    assert request_of(doc, CATALOG) == CATALOG.request("v100-100", 2)
+    assert direct_request(doc, CATALOG) == CATALOG.request("v100-100", 2)
 
 
 @pytest.mark.parametrize("mutate", [
@@ -114,7 +117,7 @@ def test_wrong_types_are_malformed_not_refused(mutate: Any) -> None:
     doc = pod("p", "v100-25")
     mutate(doc)
     with pytest.raises(MalformedPod):
-        request_of(doc, CATALOG)
+        direct_request(doc, CATALOG)
 
 
 def test_time_limit_from_deadline_or_annotation() -> None:
@@ -132,17 +135,17 @@ def test_time_limit_from_deadline_or_annotation() -> None:
             time_limit_of(doc, CATALOG)
 
 
-def test_describe_pod_turns_refusals_into_data_and_needs_a_uid_for_managed_pods() -> None:
-    ask = describe_pod(pod("p", "v100-50", namespace="team", priority=7, time_limit_s=60), CATALOG)
+def test_reading_a_pod_turns_refusals_into_data_and_needs_a_uid_for_managed_pods() -> None:
+    ask = AskReader(CATALOG).read(pod("p", "v100-50", namespace="team", priority=7, time_limit_s=60))
     assert (ask.key, ask.request, ask.priority, ask.time_limit_s) == ("team/p", CATALOG.request("v100-50"), 7, 60.0)
-    refused = describe_pod(pod("q", extra_resources={"gpuslice.io/v100-75": "1"}), CATALOG)
+    refused = AskReader(CATALOG).read(pod("q", extra_resources={"gpuslice.io/v100-75": "1"}))
     assert refused.request is None and refused.refusal is not None and refused.managed
-    assert not describe_pod(pod("r"), CATALOG).managed
+    assert not AskReader(CATALOG).read(pod("r")).managed
     no_uid = pod("s", "v100-25")
     del no_uid["metadata"]["uid"]
     with pytest.raises(MalformedPod, match="uid"):
-        describe_pod(no_uid, CATALOG)
-    assert describe_pod({"metadata": {"name": "cpu"}}, CATALOG).namespace == "default"
+        AskReader(CATALOG).read(no_uid)
+    assert AskReader(CATALOG).read({"metadata": {"name": "cpu"}}).namespace == "default"
 
 
 json_values = st.recursive(
@@ -158,9 +161,9 @@ json_values = st.recursive(
 
 @settings(max_examples=300, deadline=None)
 @given(json_values)
-def test_any_json_gives_a_request_none_or_a_podspec_error(doc: Any) -> None:
+def test_any_json_gives_a_request_none_or_a_pod_spec_error(doc: Any) -> None:
     try:
-        result = request_of(doc, CATALOG, refused=("nvidia.com/gpu",))
+        result = direct_request(doc, CATALOG, refused=("nvidia.com/gpu",))
     except PodSpecError:
         return
     assert result is None or result.product in {"v100-25", "v100-50", "v100-100"}
