@@ -35,6 +35,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
     ap.add_argument("--threads", type=int, default=8,
                     help="threads deciding whole requests in the one worker (default 8; bodies are read before)")
+    ap.add_argument("--bind-threads", type=int, default=32,
+                    help="threads of binds alone, which wait for the API server in a cluster (default 32)")
     ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
     ap.add_argument("--filter-verb", default="filter")
     ap.add_argument("--prioritize-verb", default="prioritize")
@@ -79,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
     """The ExtenderConfig the command line asks for; ConfigError when it is inconsistent."""
     return ExtenderConfig(
-        host=args.host, port=args.port, threads=args.threads, prefix=args.prefix,
+        host=args.host, port=args.port, threads=args.threads, bind_threads=args.bind_threads, prefix=args.prefix,
         filter_verb=args.filter_verb, prioritize_verb=args.prioritize_verb, bind_verb=args.bind_verb,
         max_body_bytes=args.max_body_mib * 1024 * 1024, mode=args.mode, policy=args.policy,
         reservation_ttl_s=args.reservation_ttl, pod_cache_size=args.pod_cache,

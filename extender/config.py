@@ -46,6 +46,7 @@ class ExtenderConfig:
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     threads: int = 8  # threads that run complete requests (a request's body is read before it gets one)
+    bind_threads: int = 32  # threads of binds alone (in a cluster each waits for the API server)
     prefix: str = ""
     filter_verb: str = "filter"
     prioritize_verb: str = "prioritize"
@@ -76,8 +77,8 @@ class ExtenderConfig:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be within 1..65535, got {self.port}")
-        if self.threads < 1:
-            raise ConfigError(f"threads must be at least 1, got {self.threads}")
+        if self.threads < 1 or self.bind_threads < 1:
+            raise ConfigError(f"threads must be at least 1, got {self.threads} and {self.bind_threads} for binds")
         if self.max_nodes < 1:
             raise ConfigError(f"max nodes must be at least 1, got {self.max_nodes}")
         for name in ("body_timeout_s", "slow_request_s"):

@@ -6,8 +6,13 @@ then stalls holds a thread: eight of them stopped every decision, health checks 
 front reads each request whole on the event loop first (headers by gunicorn's parser, the body
 here, at most ``max_body_bytes`` (413, chunked bodies counted as they arrive) and within
 ``body_timeout_s`` (408)), and only then gives it to one of ``threads`` threads that run the
-Flask app. A stalled client costs a socket and a coroutine, never a thread (measured in
-``tests/bench/bench_extender.py``; the choice is explained in ``extender/README.md``).
+Flask app. A stalled client, or a connection a client opened and has not used yet, costs a socket
+and a coroutine, never a thread (measured in ``tests/bench/bench_extender.py``; the choice is
+explained in ``extender/README.md``).
+
+Binds run on threads of their own (``bind_threads``): in a cluster a bind waits for the API server
+(the allocation record, then the Binding), and a slow API server must not keep filters and the
+admission webhook (which fails closed) waiting for a thread.
 
 Each request's environ also carries when its headers arrived, how long its body took and how long
 it waited for a thread (``extender.app`` turns them into phases), and the subject of the client
@@ -41,11 +46,14 @@ DRAIN_BYTES = 16 * 1024 * 1024  # what of a refused body is still read (and drop
 class WsgiFront:
     """ASGI in, WSGI behind: whole requests only reach the threads."""
 
-    def __init__(self, app: Wsgi, threads: int, max_body_bytes: int, body_timeout_s: float) -> None:
+    def __init__(self, app: Wsgi, threads: int, max_body_bytes: int, body_timeout_s: float,
+                 bind_path: str = "/bind", bind_threads: int = 32) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
+        self.bind_path = bind_path
         self.pool = ThreadPoolExecutor(threads, thread_name_prefix="request")
+        self.bind_pool = ThreadPoolExecutor(bind_threads, thread_name_prefix="bind")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -65,8 +73,9 @@ class WsgiFront:
             return
         read = time.perf_counter() - started
         loop = asyncio.get_running_loop()
+        pool = self.bind_pool if scope["path"] == self.bind_path else self.pool
         status, headers, reply = await loop.run_in_executor(
-            self.pool, self._run, scope, body, started, read, time.perf_counter())
+            pool, self._run, scope, body, started, read, time.perf_counter())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": reply})
 
@@ -141,6 +150,7 @@ class WsgiFront:
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 self.pool.shutdown(wait=False, cancel_futures=True)
+                self.bind_pool.shutdown(wait=False, cancel_futures=True)
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 

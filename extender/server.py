@@ -76,11 +76,13 @@ def start_server(
     ready_timeout: float = 30.0,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    gunicorn_args: tuple[str, ...] = (),
 ) -> ServerProcess:
     """Start gunicorn with ``config`` and wait until it answers ``GET /healthz``.
 
     ``env`` adds to this process's environment (give every test server a private ``HOME``: gunicorn
-    keeps per-user files there); the ``GPUSLICE_*`` settings come from ``config``.
+    keeps per-user files there); the ``GPUSLICE_*`` settings come from ``config``. ``gunicorn_args``
+    override the shipped gunicorn settings (benchmarks compare worker models this way).
     """
     if log_path is None:
         fd, name = tempfile.mkstemp(prefix="gpuslice-extender-", suffix=".log")
@@ -88,7 +90,8 @@ def start_server(
         log_path = Path(name)
     full_env = {**os.environ, **(env or {}), **config.to_env()}
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), full_env.get("PYTHONPATH", "")) if p)
-    argv = [sys.executable, "-m", "gunicorn", "-c", "python:extender.gunicorn_conf", "extender.app:app_from_env()"]
+    argv = [sys.executable, "-m", "gunicorn", "-c", "python:extender.gunicorn_conf", *gunicorn_args,
+            "extender.app:app_from_env()"]
     with open(log_path, "ab") as log:
         process = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
     server = ServerProcess(process, config, log_path)
@@ -119,13 +122,14 @@ def start_on_free_port(
     ready_timeout: float = 30.0,
     log_path: Path | None = None,
     env: dict[str, str] | None = None,
+    gunicorn_args: tuple[str, ...] = (),
 ) -> ServerProcess:
     """``start_server`` on a fresh free port, retrying when another process took it meanwhile."""
     last: ServerError | None = None
     for _ in range(attempts):
         try:
             return start_server(replace(config, port=free_port(config.host)), ready_timeout=ready_timeout,
-                                log_path=log_path, env=env)
+                                log_path=log_path, env=env, gunicorn_args=gunicorn_args)
         except ServerError as e:
             last = e
     assert last is not None

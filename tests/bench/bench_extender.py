@@ -9,6 +9,11 @@
    ratio to plain ``json.loads`` of the same body: the parsing floor no extender can beat.
 3. Sustained pods/s (filter + prioritize + bind, plus a release) through a real gunicorn process
    from a load generator on loopback, against the same run's HTTP floor (``GET /healthz``).
+4. Stalled clients: ``GET /healthz`` and a filter, p50/p99 over real HTTP, idle and with 200 stalled
+   connections held open (half stopped inside their headers, half after 1 of 100 body bytes), for the
+   shipped worker (gunicorn's asyncio worker with the front that reads whole requests before a thread
+   runs them) and, side by side, gunicorn's threaded worker that served the extender before. Goal:
+   p99 <= 100 ms under the stall. Also pods/s of both workers without a stall: what the front costs.
 
 A fixed ~50 µs computation timed the same way first shows the machine's own jitter: on a shared
 machine its p99 is the floor under every p99 below.
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -209,6 +215,86 @@ def _loop(url: str, clients: int, seconds: float, step: Callable[[ExtenderClient
     return sum(counts) / (time.perf_counter() - started)
 
 
+STALLED = 200
+WORKERS = (("asyncio front (shipped)", ()), ("gthread, 8 threads (before)", ("-k", "gthread", "--threads", "8")),
+           ("gthread, 64 threads", ("-k", "gthread", "--threads", "64")))
+
+
+def _stall(port: int, in_headers: bool) -> socket.socket:
+    """A connection that stops inside its request: in the headers, or after 1 of 100 body bytes."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    head = "POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    s.sendall((head + ("X-Slow: " if in_headers else "Content-Length: 100\r\n\r\n{")).encode())
+    return s
+
+
+def _timed_requests(url: str, request: Callable[[ExtenderClient], Any], n: int) -> tuple[list[float], int]:
+    """Wall ms of ``n`` requests on one keep-alive client (2 s timeout; gives up after 3 timeouts)."""
+    samples: list[float] = []
+    timeouts = 0
+    with ExtenderClient(url, timeout=2.0) as client:
+        for _ in range(n):
+            started = time.perf_counter()
+            try:
+                request(client)
+            except Exception:  # a timeout: the server did not answer within 2 s
+                timeouts += 1
+                if timeouts >= 3:
+                    break
+                continue
+            samples.append((time.perf_counter() - started) * 1000)
+    return samples, timeouts
+
+
+def _latency(label: str, samples: list[float], timeouts: int, n: int) -> str:
+    if not samples:
+        return f"  {label:<28} no answer within 2 s ({timeouts} timeouts, gave up)"
+    answered = f"{len(samples)}/{n} answered" + (f", {timeouts} timed out" if timeouts else "")
+    return f"  {label:<28} p50 {pct(samples, 0.5):7.2f} ms  p99 {pct(samples, 0.99):8.2f} ms  ({answered})"
+
+
+def bench_stalled(nodes: int = 100, samples: int = 200, seconds: float = 4.0) -> None:
+    names = [f"node-{i}" for i in range(nodes)]
+    body = filter_args(pod("probe", "v100-25"), names)  # the same pod: a re-filter keeps its reservation
+
+    def health(c: ExtenderClient) -> None:
+        assert c.get("/healthz")[0] == 200
+
+    def decide(c: ExtenderClient) -> None:
+        status, reply = c.post("/filter", body)
+        assert status == 200 and reply["NodeNames"]
+
+    print(f"{STALLED} stalled connections ({STALLED // 2} inside their headers, {STALLED // 2} inside their body), "
+          f"{nodes} nodes x {GPUS}, one keep-alive client, 2 s client timeout:")
+    throughput: dict[str, float] = {}
+    for label, args in WORKERS:
+        config = ExtenderConfig(standalone=True, nodes=nodes, gpus_per_node=GPUS, threads=8)
+        with TemporaryDirectory() as tmp:
+            server = start_on_free_port(config, log_path=Path(tmp) / "gunicorn.log", ready_timeout=120,
+                                        env={"HOME": tmp}, gunicorn_args=args)
+            try:
+                idle = {"healthz": _timed_requests(server.url, health, samples),
+                        "filter": _timed_requests(server.url, decide, samples)}
+                throughput[label] = _loop(server.url, 4, seconds, lambda c, i: _sequence(c, names, i))
+                stalled = [_stall(server.config.port, i % 2 == 0) for i in range(STALLED)]
+                try:
+                    time.sleep(0.5)  # every stalled connection is accepted and waiting
+                    under = {"healthz": _timed_requests(server.url, health, samples),
+                             "filter": _timed_requests(server.url, decide, samples)}
+                finally:
+                    for sock in stalled:
+                        sock.close()
+            finally:
+                server.stop()
+        print(f" {label}:")
+        for what in ("healthz", "filter"):
+            print(_latency(f"{what}, idle", *idle[what], samples))
+            print(_latency(f"{what}, {STALLED} stalled", *under[what], samples))
+    shipped = throughput[WORKERS[0][0]]
+    print("  pods/s without a stall (filter+prioritize+bind+release, 4 clients): " + ", ".join(
+        f"{label} {n:.1f} ({n / shipped:.2f}x)" for label, n in throughput.items()))
+
+
 def noise_floor(samples: int = 2000) -> None:
     """p50/p99 of a fixed ~50 µs computation: what this machine's scheduling jitter adds to any p99."""
     work = list(range(2000))
@@ -227,6 +313,7 @@ def main() -> None:
         bench_node_names(nodes, pods)
     bench_full_nodes(1000, 60)
     bench_gunicorn(1000, seconds=6.0, clients=4)
+    bench_stalled()
     print(f"(one run each, percentiles of raw samples; total {time.perf_counter() - started:.0f} s)")
 
 

@@ -1,9 +1,11 @@
-"""gpuslice on the e2e control plane: the extender under gunicorn (TLS), its webhook, its scheduler.
+"""gpuslice on the e2e control plane: the extender under gunicorn (mutual TLS), its webhook, its scheduler.
 
-Everything is real: the extender runs as ``gpuslice serve --cluster --tls-cert ... --tls-key ...``
-(gunicorn, as in ``deploy/extender.yaml``) under its own client-certificate identity bound to the
-RBAC in ``deploy/rbac.yaml``; kube-apiserver calls its mutating webhook (``deploy/webhook.yaml``)
-over TLS; kube-scheduler runs with ``deploy/scheduler-config-cluster.yaml`` pointing at it. There
+Everything is real: the extender runs the very command of ``deploy/extender.yaml`` (``gpuslice serve
+--cluster`` with its serving certificate, the client CA, ``--require-client-cert`` and the allowed
+client subject), only with loopback addresses and the test's certificate files, under its own
+client-certificate identity bound to the RBAC in ``deploy/rbac.yaml``; kube-apiserver calls its
+mutating webhook (``deploy/webhook.yaml``) over TLS; kube-scheduler runs with
+``deploy/scheduler-config-cluster.yaml``, presenting its client certificate (``tlsConfig``). There
 is no kubelet and no controller manager, so the tests stand in for them: nodes carry GFD labels,
 pods are deleted with grace period 0, and a DRA pod's ResourceClaim is created from its template by
 the test (what the resourceclaim controller would do).
@@ -89,24 +91,67 @@ def apply(kube: Kube, obj: Obj) -> Obj:
     return kube.request("PUT", path, obj)
 
 
-def make_tls(directory: Path) -> tuple[Path, Path, Path]:
-    """A CA and a serving certificate for 127.0.0.1: (ca.crt, tls.crt, tls.key)."""
+SCHEDULER_SUBJECT = "gpuslice-scheduler"  # the client subject deploy/extender.yaml allows
+
+
+@dataclass(frozen=True)
+class Tls:
+    """The e2e PKI: one CA, the extender's serving certificate, and client certificates (cert, key)."""
+
+    ca: Path
+    cert: Path
+    key: Path
+    scheduler: tuple[Path, Path]  # CN=gpuslice-scheduler: what kube-scheduler presents
+    other: tuple[Path, Path]  # CN=someone-else, same CA: verified, but not on the allow-list
+    foreign: tuple[Path, Path]  # CN=gpuslice-scheduler from another CA: fails the handshake
+
+
+def make_tls(directory: Path) -> Tls:
+    """A CA, a serving certificate for 127.0.0.1, and the client certificates the tests present."""
     directory.mkdir(parents=True, exist_ok=True)
 
     def openssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
 
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt", "-days", "2",
-            "-subj", "/CN=gpuslice-e2e-webhook-ca", "-addext", "basicConstraints=critical,CA:TRUE",
-            "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
-    (directory / "tls.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature,"
-                                       "keyEncipherment\nextendedKeyUsage=serverAuth\n"
-                                       "subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "tls.key", "-out", "tls.csr",
-            "-subj", "/CN=127.0.0.1")
-    openssl("x509", "-req", "-in", "tls.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-            "-days", "2", "-sha256", "-extfile", "tls.ext", "-out", "tls.crt")
-    return directory / "ca.crt", directory / "tls.crt", directory / "tls.key"
+    def ca(name: str) -> None:
+        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+                "-days", "2", "-subj", f"/CN=gpuslice-e2e-{name}", "-addext", "basicConstraints=critical,CA:TRUE",
+                "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
+
+    def leaf(name: str, subject: str, signer: str, usage: str, san: str = "") -> tuple[Path, Path]:
+        (directory / f"{name}.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,"
+                                               f"digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\n"
+                                               + (f"subjectAltName={san}\n" if san else ""))
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+                "-subj", subject)
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{signer}.crt", "-CAkey", f"{signer}.key",
+                "-CAcreateserial", "-days", "2", "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+        return directory / f"{name}.crt", directory / f"{name}.key"
+
+    ca("ca")
+    ca("other-ca")
+    cert, key = leaf("tls", "/CN=127.0.0.1", "ca", "serverAuth", "IP:127.0.0.1,DNS:localhost")
+    return Tls(directory / "ca.crt", cert, key,
+               scheduler=leaf("scheduler", f"/CN={SCHEDULER_SUBJECT}", "ca", "clientAuth"),
+               other=leaf("other", "/CN=someone-else", "ca", "clientAuth"),
+               foreign=leaf("foreign", f"/CN={SCHEDULER_SUBJECT}", "other-ca", "clientAuth"))
+
+
+def extender_command(port: int, tls: Tls) -> list[str]:
+    """The extender's command from deploy/extender.yaml, with loopback addresses and the test's files."""
+    deployment = next(d for d in load_yaml("extender.yaml") if d["kind"] == "Deployment")
+    command = list(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+    files = {"/etc/gpuslice/tls/tls.crt": tls.cert, "/etc/gpuslice/tls/tls.key": tls.key,
+             "/etc/gpuslice/tls/ca.crt": tls.ca}
+    out = [sys.executable, "-m", "packing.cli"]
+    words = iter(command[1:])
+    for word in words:
+        if word in ("--host", "--port"):
+            out += [word, "127.0.0.1" if word == "--host" else str(port)]
+            next(words)
+        else:
+            out.append(str(files.get(word, word)))
+    return [*out, "--threads", "8"]
 
 
 @dataclass
@@ -116,7 +161,7 @@ class Extender:
     port: int
     identity: str
     env: dict[str, str]
-    tls: tuple[Path, Path, Path]
+    tls: Tls
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -126,10 +171,8 @@ class Extender:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        _, cert, key = self.tls
-        # the same command as deploy/extender.yaml; cluster settings come from GPUSLICE_* variables
-        argv = [sys.executable, "-m", "packing.cli", "serve", "--cluster", "--host", "127.0.0.1",
-                "--port", str(self.port), "--threads", "8", "--tls-cert", str(cert), "--tls-key", str(key)]
+        # the command of deploy/extender.yaml; cluster settings come from GPUSLICE_* variables
+        argv = extender_command(self.port, self.tls)
         env = {**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)}
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%H:%M:%S')} starting {self.identity} on {self.port}\n".encode())
@@ -151,12 +194,23 @@ class Extender:
             except subprocess.TimeoutExpired:
                 self.kill()
 
-    def _context(self) -> ssl.SSLContext:
-        return ssl.create_default_context(cafile=str(self.tls[0]))
+    def _context(self, cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.tls.ca))
+        if cert is not None:
+            context.load_cert_chain(str(cert[0]), str(cert[1]))
+        return context
 
     def get(self, path: str) -> tuple[int, Any]:
+        """GET over loopback without a client certificate (what the operator routes allow)."""
+        return self.call("GET", path)
+
+    def call(self, method: str, path: str, doc: Any = None, cert: tuple[Path, Path] | None = None) -> tuple[int, Any]:
+        """One HTTPS request, presenting ``cert`` (or no client certificate)."""
+        data = None if doc is None else json.dumps(doc).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
         try:
-            with urllib.request.urlopen(self.url + path, timeout=5, context=self._context()) as resp:
+            with urllib.request.urlopen(req, timeout=5, context=self._context(cert)) as resp:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
@@ -203,7 +257,7 @@ class Gpuslice:
     cp: ControlPlane
     work: Path
     kube: Kube
-    tls: tuple[Path, Path, Path]
+    tls: Tls
     kubeconfig: Path
     extenders: list[Extender] = field(default_factory=list)
 
@@ -259,7 +313,7 @@ def install(cp: ControlPlane, work: Path) -> Gpuslice:
     ext.start()
     ext.wait_ready(90)
     webhook = load_yaml("webhook.yaml")[0]
-    ca_bundle = base64.b64encode(tls[0].read_bytes()).decode()
+    ca_bundle = base64.b64encode(tls.ca.read_bytes()).decode()
     webhook["webhooks"][0]["clientConfig"] = {"url": f"{ext.url}/mutate", "caBundle": ca_bundle}
     apply(kube, webhook)
     config = load_yaml("scheduler-config-cluster.yaml")[0]
@@ -267,7 +321,10 @@ def install(cp: ControlPlane, work: Path) -> Gpuslice:
     config["leaderElection"] = {"leaderElect": False}
     extender = config["extenders"][0]
     extender["urlPrefix"] = ext.url
-    extender["tlsConfig"] = {"caFile": str(tls[0])}
+    # the file's tlsConfig, with the test's files: kube-scheduler presents its client certificate
+    files = {"caFile": tls.ca, "certFile": tls.scheduler[0], "keyFile": tls.scheduler[1]}
+    assert set(extender["tlsConfig"]) == set(files), extender["tlsConfig"]
+    extender["tlsConfig"] = {k: str(v) for k, v in files.items()}
     path = work / "gpuslice-scheduler.yaml"
     path.write_text(yaml.safe_dump(config))
     cp.start_scheduler(path)

@@ -378,3 +378,37 @@ def test_standby_takes_over_after_leader_crash(gs: h.Gpuslice, kube: Kube, nodes
         gs.extenders.remove(standby)
         leader.start()
         leader.wait_ready(60)
+
+
+# ---- mutual TLS: kube-scheduler presents its client certificate; a client without one is refused ------
+
+def test_mutual_tls_between_kube_scheduler_and_the_extender(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    import ssl
+    import urllib.error
+
+    (node,) = add_nodes(gs, nodes, 1, 1, "mtls")
+    h.create_pod(kube, ns, h.slice_pod("through-mtls", "v100-25"))
+    bound = h.wait_bound(kube, ns, "through-mtls")  # filter and bind needed kube-scheduler's certificate
+    assert h.node_of(bound) == node
+    ext = gs.extender
+    body = {"Pod": h.slice_pod("probe", "v100-25") | {"metadata": {"name": "probe", "uid": "u-probe"}},
+            "NodeNames": [node], "Nodes": None}
+    status, reply = ext.call("POST", "/filter", body)  # no client certificate
+    assert status == 403 and "client certificate" in reply["error"], reply
+    status, reply = ext.call("POST", "/filter", body, cert=gs.tls.other)  # the CA's, but not on the allow-list
+    assert status == 403 and "someone-else" in reply["error"], reply
+    with pytest.raises((ssl.SSLError, urllib.error.URLError, ConnectionError)):
+        ext.call("POST", "/filter", body, cert=gs.tls.foreign)  # another CA: no handshake
+    status, reply = ext.call("POST", "/filter", body, cert=gs.tls.scheduler)
+    assert status == 200 and reply["Error"] == "", reply
+    assert ext.get("/readyz")[0] == 200  # probes carry no certificate
+    # the pod was told where its slice is, and that nothing on a node known only by its labels enforces it
+    events = h.poll(lambda: [e for e in h.events_of(kube, ns, "through-mtls") if e["reason"] == "Allocated"] or None,
+                    20, "the Allocated event")
+    assert "enforcement: none" in events[0]["message"] and events[0]["type"] == "Warning", events[0]
+    state = ext.state()
+    assert {n["name"]: n["enforcement"] for n in state["nodes"]}[node] == "none"
+    note("mtls", {"refused_without_certificate": True, "refused_other_subject": True,
+                  "refused_other_ca": True, "scheduler_bound_through_mtls": True})

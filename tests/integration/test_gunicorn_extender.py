@@ -363,3 +363,60 @@ def test_9_a_chunked_body_over_the_limit_is_413(tmp_path: Path) -> None:
             assert reply.status == 413, (reply.status, reply.read()[:300])
         finally:
             conn.close()
+
+
+def _idle_filter_answers(url: str, ca: Path | None) -> list[float]:
+    """Wall seconds of 5 filters (5 s client timeout): what a scheduler sees beside the idle connections."""
+    body = filter_args(pod("p", "v100-25"), ["node-0", "node-1"])
+    took = []
+    for _ in range(5):
+        started = time.monotonic()
+        if ca is None:
+            with ExtenderClient(url, timeout=5) as client:
+                status, reply = client.post("/filter", body)
+        else:
+            status, reply = _https(url, ca, None, "POST", "/filter", body)
+        took.append(time.monotonic() - started)
+        assert status == 200 and reply["NodeNames"], reply
+    return took
+
+
+@pytest.mark.timeout(180)
+def test_10_connections_a_client_opened_and_did_not_use_hold_no_thread(tmp_path: Path) -> None:
+    """What pinned the threads in the 5.2 s stall: a Go client (kube-scheduler's extender client, the API
+    server's webhook client) dials a connection for a request that another connection then takes, and
+    keeps it idle for up to 90 s. gunicorn's threaded worker gave each new connection a thread to wait in
+    (5 s for its first byte; with TLS, until its first request): measured, two threads pinned for 90 s
+    in one burst, and filters queued behind them."""
+    import socket
+
+    with serving_env(tmp_path, {"GPUSLICE_NODES": "2", "GPUSLICE_THREADS": "8"}) as server:
+        idle = [socket.create_connection(("127.0.0.1", server.config.port), timeout=5) for _ in range(32)]
+        try:
+            time.sleep(0.5)  # accepted, and waiting for a first byte that does not come
+            _idle_filter_answers(server.url, None)
+        finally:
+            for s in idle:
+                s.close()
+
+
+@pytest.mark.timeout(180)
+def test_10_idle_tls_connections_hold_no_thread_either(tmp_path: Path) -> None:
+    import socket
+    import ssl
+
+    certs = make_certs(tmp_path / "tls")
+    settings = {"GPUSLICE_NODES": "2", "GPUSLICE_THREADS": "8", "GPUSLICE_TLS_CERT": str(certs.server[0]),
+                "GPUSLICE_TLS_KEY": str(certs.server[1])}
+    with serving_env(tmp_path, settings) as server:
+        port = server.config.port
+        context = ssl.create_default_context(cafile=str(certs.ca))
+        idle = [context.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                                    server_hostname="127.0.0.1") for _ in range(16)]  # handshake done, no request
+        idle += [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(16)]  # not even TLS yet
+        try:
+            time.sleep(0.5)
+            _idle_filter_answers(f"https://127.0.0.1:{port}", certs.ca)
+        finally:
+            for s in idle:
+                s.close()
