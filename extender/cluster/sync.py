@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from extender.app import settle_heap
 from extender.asks import ClaimUnavailable, MalformedPod
 from extender.cluster.config import ClusterConfig
 from extender.cluster.entitlements import changes, parse_configmap
@@ -236,6 +237,9 @@ class ClusterSync:
                 self.resync()
             except Exception:  # the API may be away: the next period tries again
                 log.exception("resync failed")
+            # the pods cached since the last period are long-lived: collect once here, then freeze them, so
+            # the collector's full passes (which stop every thread) walk one period's objects, not the cluster
+            settle_heap()
 
     def resync(self) -> int:
         """Relist everything and repair the ledger; the drift found (also counted and logged)."""
