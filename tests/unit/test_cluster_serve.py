@@ -68,3 +68,19 @@ def test_cluster_config_from_env() -> None:
         ClusterConfig(lease_duration_s=5, renew_deadline_s=10)
     with pytest.raises(ConfigError, match="webhook path"):
         ClusterConfig(webhook_path="mutate")
+
+
+def test_a_claim_that_cannot_be_read_now_is_retried_not_refused(runtime: ClusterRuntime) -> None:
+    # nothing answers at the API address: the pod's template cannot be read
+    away = ClusterRuntime(ExtenderConfig(), ClusterConfig(leader_elect=False),
+                          api=client.ApiClient(client.Configuration(host="http://127.0.0.1:9")))
+    app = create_cluster_app(away.config, away.cluster, away, start=False)
+    away.state.sync_node("n1", synthetic_cards("n1", 1, "Tesla-V100-SXM2-32GB", 32768))
+    away.state.ready = True
+    p = pod("p")
+    p["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "half"}]
+    status, body = post(app, "/filter", {"Pod": p, "NodeNames": ["n1"]})
+    assert status == 200 and "cannot read the pod's claim now" in body["Error"]  # kube-scheduler retries
+    status, body = post(app, "/prioritize", {"Pod": p, "NodeNames": ["n1"]})
+    assert status == 503 and "cannot read" in body["error"]
+    assert away.state.ledger.allocations == {}

@@ -30,7 +30,9 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from extender.app import create_app
+from extender.asks import AskReader
 from extender.cluster.config import ClusterConfig
+from extender.cluster.dra import ClaimResolver
 from extender.cluster.serve import ClusterRuntime, create_cluster_app
 from extender.config import ExtenderConfig
 from extender.samples import binding_args, filter_args, gpu_node, pod
@@ -105,8 +107,9 @@ def pods(draw: st.DrawFn) -> Any:
         elif where == "deadline":
             spec["activeDeadlineSeconds"] = draw(scalars)
         elif where == "claims":
+            template = st.sampled_from(["half", "other", "absent"]) | scalars
             spec["resourceClaims"] = draw(st.lists(st.fixed_dictionaries(
-                {"name": scalars, "resourceClaimTemplateName": scalars}), max_size=2) | json_any)
+                {"name": scalars, "resourceClaimTemplateName": template}), max_size=2) | json_any)
         else:
             doc[where] = draw(json_any)
             break  # the spec or metadata above is no longer the pod's
@@ -211,9 +214,19 @@ def _standalone() -> tuple[ExtenderState, FlaskClient]:
     return state, client
 
 
+def _template(namespace: str, name: str) -> dict[str, Any] | None:
+    """The DRA API as the fuzz sees it: one template of ours, one of another driver, nothing else."""
+    klass = {"half": "v100-50.gpuslice.io", "other": "gpu.nvidia.com"}.get(name)
+    if klass is None:
+        return None
+    return {"spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": klass}}]}}}}
+
+
 def _cluster() -> tuple[ExtenderState, FlaskClient]:
     runtime = ClusterRuntime(ExtenderConfig(max_nodes=MAX_NODES), ClusterConfig(leader_elect=False),
                              api=k8s.ApiClient(k8s.Configuration(host="http://127.0.0.1:9")))  # nothing listens
+    # the claims come from a stand-in of the API: the fuzz is about input, an API away is tested elsewhere
+    runtime.state.core.asks = AskReader(CATALOG, (), ClaimResolver(CATALOG, _template, lambda ns, name: None))
     app = create_cluster_app(runtime.config, runtime.cluster, runtime, start=False)
     from extender.inventory import synthetic_cards
 
