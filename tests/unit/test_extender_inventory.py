@@ -220,3 +220,18 @@ def test_enforcement_is_shown_per_node_and_allocation() -> None:
     assert {n["name"]: n["enforcement"] for n in view["nodes"]} == {"labels": "none", "agent": "agent"}
     assert {a["node"]: a["enforcement"] for a in view["allocations"]} == {"labels": "none", "agent": "agent"}
     assert s.gauges()["nodes_by_enforcement"] == {"agent": 1, "none": 1}
+
+
+def test_the_node_agents_annotation_is_what_the_extender_reads() -> None:
+    """The contract across the two edges: the agent's encoder (enforcement.inventory) and this parser."""
+    from enforcement.inventory import Card as AgentCard
+    from enforcement.inventory import encode
+
+    agent = [AgentCard("GPU-b", 1, 1, V100, 32510, healthy=False, problem="Xid 79"),
+             AgentCard("GPU-a", 0, 0, V100, 32510)]
+    node = gpu_node("n1", 2)
+    node["metadata"]["annotations"][INVENTORY_ANNOTATION] = encode(agent)
+    inventory = inventory_of_node("n1", node, CATALOG)
+    assert inventory.enforcement is Enforcement.AGENT
+    cards = [(c.uuid, c.healthy, c.memory_mib) for c in inventory.cards]
+    assert cards == [("GPU-a", True, 32768), ("GPU-b", False, 32768)]
