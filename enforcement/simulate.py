@@ -199,6 +199,18 @@ class Simulation:
         self.node.sync_cgroups()
 
     # --- ground truth helpers --------------------------------------------------------------------
+    def fault_windows(self) -> list[tuple[float, float]]:
+        """Each NVML fault's ``[start, end)`` in simulated seconds, as the simulated NVML applies it.
+
+        The clock runs on NVML's base (~1.7e9 s, where a double resolves 2.4e-7 s), so ticks and fault
+        edges are both rounded there: the tick at a fault's end (0.6 s) reads back as 0.5999999 s,
+        though NVML, comparing on the clock's base, has ended the fault at that very tick. Judge times
+        read off the clock (kills) against these windows, not the scenario's nominal ones: both are
+        exact differences from the origin, so the comparison is the one NVML made.
+        """
+        origin = self.node.origin
+        return [(f.start - origin, f.end - origin) for f in self.nvml.faults]
+
     def weights(self, gpu: int) -> dict[str, float]:
         """Entitlements (fraction of a card) of the managed pods on ``gpu``."""
         out: dict[str, float] = {}

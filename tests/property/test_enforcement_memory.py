@@ -13,7 +13,7 @@ import tempfile
 from pathlib import Path
 
 import pynvml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from enforcement.agent import AgentConfig
@@ -130,24 +130,38 @@ def test_no_slice_stays_over_its_cap_longer_than_a_period(scenario: Scenario) ->
         assert len(sim.events.events) == len(sim.node.kills)
 
 
+# A breach that starts in a fault and is killed at the watchdog tick where the fault ends (0.6 s):
+# read off the clock's 1.7e9 s base, that kill's time is 0.5999999 s, inside the scenario's nominal
+# [0.5, 0.6), though the simulated NVML (on the same base) had ended the fault at that tick.
+FAULT_ENDS_ON_A_TICK = Scenario(
+    (PodSpec("p0", "v100-25", 0, (Workload(Steps.constant(0.5), Steps.of((0.0, 4 * GIB), (0.45, 12 * GIB)),
+                                           queue_s=0.02),)),
+     PodSpec("no-record", "v100-25", 0, (HOG,), managed=False)),
+    host=(HostProcess("dcgm-exporter", "/system.slice/dcgm-exporter.service", 0, HOG),),
+    faults=(Fault(0.5, 0.5 + 0.1, pynvml.NVML_ERROR_GPU_IS_LOST),),
+)
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(with_faults=True))
+@example(FAULT_ENDS_ON_A_TICK)
 def test_missing_data_never_kills_and_watching_resumes(scenario: Scenario) -> None:
     """M2 with faults: no kill on an error or unknown reading; breaches end a period after the data returns."""
     with tempfile.TemporaryDirectory() as tmp:
         sim = run(scenario, Path(tmp))
+        windows = sorted(sim.fault_windows())  # as NVML applied them, on the clock kills are read from
         for kill in sim.node.kills:
-            for f in scenario.faults:
-                assert not f.start <= kill.time < f.end, f"killed at {kill.time:.2f} s during a fault {f}"
+            for f_start, f_end in windows:
+                assert not f_start <= kill.time < f_end, f"killed at {kill.time} s during a fault [{f_start}, {f_end})"
         check_kills(sim)
         bound = PERIOD + scenario.kill_latency_s + 2 * sim.node.tick_s
         for pod in scenario.pods:
             if pod.managed and pod.product:
                 for start, end in over_cap_episodes(sim, pod.name, CAP_GIB[pod.product] * GIB):
                     blind_until = start
-                    for f in sorted(scenario.faults, key=lambda f: f.start):
-                        if f.start <= blind_until + PERIOD and f.end > blind_until:
-                            blind_until = f.end  # the watchdog could not see this stretch
+                    for f_start, f_end in windows:
+                        if f_start <= blind_until + PERIOD and f_end > blind_until:
+                            blind_until = f_end  # the watchdog could not see this stretch
                     if end <= END:
                         assert end - blind_until <= bound + 1e-6, f"{pod.name} over cap {start:.2f}-{end:.2f} s"
 
