@@ -20,7 +20,7 @@ import json
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +77,17 @@ class WrittenSpec:
     device: str
     pod_uid: str
     path: Path
+    mounts: Mapping[str, str] = field(default_factory=dict)  # container path -> host path
+
+
+def spec_mounts(doc: Mapping[str, Any]) -> dict[str, str]:
+    """Container path -> host path of every mount in a spec document."""
+    out: dict[str, str] = {}
+    for device in doc.get("devices") or []:
+        for m in ((device or {}).get("containerEdits") or {}).get("mounts") or []:
+            if isinstance(m, dict) and isinstance(m.get("containerPath"), str) and isinstance(m.get("hostPath"), str):
+                out[m["containerPath"]] = m["hostPath"]
+    return out
 
 
 class SpecDir:
@@ -117,13 +128,13 @@ class SpecDir:
         return doc if isinstance(doc, dict) else None
 
     def written(self) -> list[WrittenSpec]:
-        """Every gpuslice spec in the directory, with the pod UID it was written for."""
+        """Every gpuslice spec in the directory, with the pod UID it was written for and its mounts."""
         out: list[WrittenSpec] = []
         prefix = f"{VENDOR}-{CLASS}_"
         with contextlib.suppress(FileNotFoundError):
             for path in sorted(self.root.glob(f"{prefix}*.json")):
                 device = path.name[len(prefix) : -len(".json")]
-                doc = self.read(device)
-                uid = ((doc or {}).get("annotations") or {}).get(POD_UID_ANNOTATION)
-                out.append(WrittenSpec(device, str(uid or ""), path))
+                doc = self.read(device) or {}
+                uid = (doc.get("annotations") or {}).get(POD_UID_ANNOTATION)
+                out.append(WrittenSpec(device, str(uid or ""), path, spec_mounts(doc)))
         return out

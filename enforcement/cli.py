@@ -248,12 +248,12 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     index = PodIndex(args.node_name)
     watch = PodWatch(KubePodSource(core, args.node_name), index)
     threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
+    events = KubeEventSink(core, args.node_name)
     try:
-        node_side = start_node_side(args, backend, index, core.api_client, stop)
+        node_side = start_node_side(args, backend, index, core.api_client, stop, events)
     except Exception as e:  # the watchdog runs regardless: a node without hand-off says so, loudly
         log.error("kubelet plugins not started (%s): containers on this node get no slice hand-off", e)
         node_side = None
-    events = KubeEventSink(core, args.node_name)
     clock = SystemClock()
     agent = Agent(
         config,
@@ -289,6 +289,8 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
         now = time.monotonic()
         if now - last_metrics >= 1.0:
             metrics.update(agent)
+            if node_side is not None and node_side.writer is not None:
+                metrics.update_handoff(node_side.writer)
             last_metrics = now
         if not unsynced_warned and not watch.synced.is_set() and now - started > 30:
             log.warning("no pod list from the API server after 30 s; enforcing nothing until it comes")

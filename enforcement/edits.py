@@ -1,4 +1,4 @@
-"""Container edits: what a container holding a slice gets, the one core of the DRA and device plugin paths.
+"""Container edits: what a container holding a slice gets, the one core of the DRA, device plugin and NRI paths.
 
 From a pod's allocation record (``packing.record``) and this node's inventory:
 
@@ -6,28 +6,33 @@ From a pod's allocation record (``packing.record``) and this node's inventory:
   and the device nodes ``/dev/nvidia<minor>``, ``/dev/nvidiactl``, ``/dev/nvidia-uvm``,
   ``/dev/nvidia-uvm-tools`` where they exist on the host;
 * the memory cap for in-process enforcement: ``CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=<MiB>M,...``
-  (read by MPS clients, ignored without an MPS server) and ``GPUSLICE_SLICE_MEMORY_MIB=<MiB>``
-  (read by gpuslice's in-container limiter); the agent's memory watchdog stays the authority;
+  (read by MPS clients, ignored without an MPS server) and the in-container limiter
+  (``enforcement.limiter``: ``GPUSLICE_SLICE_MEMORY_MIB``, ``GPUSLICE_SLICE_STATE_DIR``, the
+  library, its ``/etc/ld.so.preload`` entry and the pod's state directory; or HAMi-core's
+  variables), where the node has it; the agent's memory watchdog stays the authority;
 * the share, ``CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=<percent>``, only where the node runs MPS (a
   static SM cap is not work-conserving, so it is not set where the agent's pacer steers the share);
 * ``GPUSLICE_*`` facts about the slice (product, pod UID, share) for tools in the container.
 
-The edits are data; ``enforcement.cdi`` turns them into a CDI spec. Extra mounts, environment and
-an ``/etc/ld.so.preload`` entry can be added (:class:`Interposer`) for an in-container library.
+The edits are data; ``enforcement.cdi`` turns them into a CDI spec, and ``enforcement.handoff``
+creates the state directory they name before it writes the spec.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from packing.products import MILLI_PER_GPU
 from packing.record import AllocationRecord
 
+if TYPE_CHECKING:  # limiterhost builds on this module's Mount: the type only, no import cycle
+    from enforcement.limiterhost import NodeLimiter
+
 # Control nodes every CUDA process needs besides its card's own /dev/nvidia<minor>.
 CONTROL_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
-PRELOAD_PATH = "/etc/ld.so.preload"
 
 
 class EditsError(ValueError):
@@ -49,37 +54,28 @@ class Mount:
 
 @dataclass(frozen=True, slots=True)
 class ContainerEdits:
-    """Environment (``KEY=value``), device nodes and mounts for one container."""
+    """Environment (``KEY=value``), device nodes and mounts for one container; and for the hand-off,
+    the host state directory to create before the container starts (None: none), and what the
+    node lacks to hand the in-container limiter (said, never mounted)."""
 
     env: tuple[str, ...]
     device_nodes: tuple[DeviceNode, ...] = ()
     mounts: tuple[Mount, ...] = ()
+    state_dir: str | None = None
+    limiter_missing: tuple[str, ...] = ()
 
     def env_map(self) -> dict[str, str]:
         return dict(e.split("=", 1) for e in self.env)
 
 
 @dataclass(frozen=True, slots=True)
-class Interposer:
-    """An in-container library to wire in: mounted read-only and listed in ``/etc/ld.so.preload``.
-
-    ``preload_file`` is a host file holding the library's container path (one line), written by
-    the agent; ``env`` is added as is. Off unless configured.
-    """
-
-    library_host_path: str
-    library_container_path: str
-    preload_file: str
-    env: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
 class EditsConfig:
-    """Node-wide choices: where device nodes live, whether MPS is used, an optional interposer."""
+    """Node-wide choices: where device nodes live, whether MPS is used, the in-container limiter
+    (None: none at all, as ``LimiterMode.OFF``)."""
 
     dev_root: Path = Path("/")
     mps: bool = False
-    interposer: Interposer | None = None
+    limiter: NodeLimiter | None = None
 
 
 def _device_nodes(minors: Sequence[int], config: EditsConfig) -> tuple[DeviceNode, ...]:
@@ -104,18 +100,19 @@ def slice_edits(
     env = {
         "NVIDIA_VISIBLE_DEVICES": ",".join(record.gpus),
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": pinned,
-        "GPUSLICE_SLICE_MEMORY_MIB": str(record.memory_mib),
         "GPUSLICE_SLICE_SHARE_PERCENT": str(percent),
         "GPUSLICE_SLICE_PRODUCT": record.product or "",
         "GPUSLICE_POD_UID": pod_uid,
     }
     if config.mps:
         env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(percent)
-    mounts: list[Mount] = []
-    if config.interposer is not None:
-        ip = config.interposer
-        mounts.append(Mount(ip.library_host_path, ip.library_container_path))
-        mounts.append(Mount(ip.preload_file, PRELOAD_PATH))
-        env.update(ip.env)
     nodes = _device_nodes([minors[g] for g in record.gpus], config)
-    return ContainerEdits(tuple(f"{k}={v}" for k, v in env.items()), nodes, tuple(mounts))
+    if config.limiter is None:
+        return ContainerEdits(tuple(f"{k}={v}" for k, v in env.items()), nodes)
+    try:  # keyed by the pod: its containers share one accounting, whichever path handed them
+        part = config.limiter.edits(record.memory_mib, len(record.gpus), pod_uid)
+    except ValueError as e:
+        raise EditsError(f"in-container limiter: {e}") from e
+    env.update(part.env)
+    return ContainerEdits(tuple(f"{k}={v}" for k, v in env.items()), nodes, part.mounts, part.state_dir,
+                          part.missing)

@@ -4,7 +4,8 @@ Per holder (labels ``namespace``, ``pod``, ``container``, ``gpu``): memory used 
 measured compute share and the share it is steered to, seconds frozen, processes killed. Per
 node: NVML errors and timeouts, skipped memory checks (missing data), freeze/thaw failures,
 freezes cut by the ceiling, holders seen, processes on a GPU their pod holds no slice of,
-containers that cannot be paced, health. Running totals are counters (``_total``); what is true
+containers that cannot be paced, health; whether the hand-off gives containers the in-container
+limiter, and how many it handed without. Running totals are counters (``_total``); what is true
 now is a gauge. Series of holders that have left the node are removed, so the registry does not
 grow forever.
 """
@@ -13,10 +14,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from enforcement.agent import Agent, HolderStatus
+from enforcement.limiter import LimiterMode
+
+if TYPE_CHECKING:
+    from enforcement.handoff import Writer
 
 _LABELS = ("namespace", "pod", "container", "gpu")
 Labels = tuple[str, ...]
@@ -103,6 +109,17 @@ class AgentMetrics:
         )
         self.holders = Gauge("gpuslice_agent_slice_holders", "Slice holders with processes on a GPU", registry=r)
         self.healthy = Gauge("gpuslice_agent_healthy", "1 while the control loop makes progress", registry=r)
+        self.limiter_installed = Gauge(
+            "gpuslice_agent_limiter_installed",
+            "1 while every slice's container gets the in-container memory limiter of this mode (0: the watchdog alone)",
+            ("mode",),
+            registry=r,
+        )
+        self.without_limiter = Counter(
+            "gpuslice_agent_handoffs_without_limiter_total",
+            "Container hand-offs written without the in-container limiter (its files missing on the node)",
+            registry=r,
+        )
         self._series: set[Labels] = set()
         self._totals = _Totals()
 
@@ -140,6 +157,15 @@ class AgentMetrics:
         self.unpaceable.set(len(agent.unpaceable))
         self.holders.set(len(rows))
         self.healthy.set(1 if agent.healthy()[0] else 0)
+
+    def update_handoff(self, writer: Writer) -> None:
+        """Refresh the hand-off's metrics (the node side's container edits)."""
+        limiter = writer.config.limiter
+        if limiter is None:
+            return
+        on = limiter.mode is not LimiterMode.OFF and not writer.limiter_missing()
+        self.limiter_installed.labels(limiter.mode.value).set(1 if on else 0)
+        self._totals.set(self.without_limiter, writer.without_limiter)
 
     def render(self) -> bytes:
         """The text exposition format."""

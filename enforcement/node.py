@@ -9,7 +9,9 @@
   token hand-off through PodResources;
 * the NRI plugin (``--nri``, on by default): the hand-off of pods that ask by annotation only.
 
-All three write CDI specs into ``--cdi-dir`` from the same container-edits core (``edits.py``).
+All three write CDI specs into ``--cdi-dir`` from the same container-edits core (``edits.py``),
+with the in-container limiter (``--limiter``, installed into ``--limiter-dir`` at start) or, as
+the opt-in ``--limiter=hami``, HAMi-core's variables instead.
 """
 
 from __future__ import annotations
@@ -25,9 +27,12 @@ from typing import Any
 
 from enforcement.cdi import SpecDir
 from enforcement.edits import EditsConfig
+from enforcement.events import EventSink
 from enforcement.handoff import RecordLookup, Writer
 from enforcement.inventory import CardSource, Inventory, KubeNodeAnnotator
 from enforcement.kubeapi import KubeApi
+from enforcement.limiter import LimiterHost, LimiterMode
+from enforcement.limiterhost import NodeLimiter, install
 from enforcement.pods import PodIndex
 from packing.products import load_catalog
 
@@ -36,6 +41,15 @@ log = logging.getLogger(__name__)
 
 def _env(name: str, default: str) -> str:
     return os.environ.get("GPUSLICE_AGENT_" + name.upper().replace("-", "_"), default)
+
+
+def _limiter_mode(text: str) -> LimiterMode:
+    try:
+        return LimiterMode(text)
+    except ValueError:
+        modes = ", ".join(m.value for m in LimiterMode)
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {modes} (--limiter, GPUSLICE_AGENT_LIMITER)"
+                                         ) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,6 +74,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the runtime's NRI socket")
     g.add_argument("--mps", action="store_true", default=_env("mps", "0") == "1",
                    help="this node runs MPS: also set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+    g.add_argument("--limiter", type=_limiter_mode, default=_env("limiter", "gpuslice"),
+                   metavar="{" + ",".join(m.value for m in LimiterMode) + "}",
+                   help="the in-container memory limiter each slice's container gets: gpuslice (ours, preloaded; "
+                        "default), hami (HAMi-core's CUDA_DEVICE_MEMORY_LIMIT_<i> for images that ship libvgpu.so; "
+                        "turns ours off) or off (the memory watchdog alone)")
+    g.add_argument("--limiter-dir", type=Path, default=Path(_env("limiter-dir", "/var/lib/gpuslice/limiter")),
+                   help="host directory of the limiter's library, preload file and per-pod state directories "
+                        "(seen at the same path by the agent and the runtime; a local filesystem)")
+    g.add_argument("--limiter-source", type=Path,
+                   default=_env("limiter-source", "/usr/local/lib/gpuslice/libgpuslice-limiter.so") or None,
+                   help="the library to install into --limiter-dir at start (the agent image's build; '' = "
+                        "install nothing, use what is there)")
+    g.add_argument("--hami-library", default=_env("hami-library", "") or None,
+                   help="with --limiter=hami: a host libvgpu.so to mount into containers (default: the images "
+                        "carry it)")
     g.add_argument("--inventory-every", type=float, default=float(_env("inventory-every", "5")),
                    help="seconds between NVML health probes of the cards (5)")
     g.add_argument("--slice-resync", type=float, default=float(_env("slice-resync", "10")),
@@ -81,6 +110,7 @@ class NodeSide:
     device_plugins: Any = None
     handoff: Any = None
     nri: Any = None
+    writer: Writer | None = None
     problem: str = ""  # a part that could not start at all
 
     def healthy(self) -> tuple[bool, str]:
@@ -123,9 +153,21 @@ def _thread(side: NodeSide, name: str, target: Any, *args: Any) -> None:
     side.threads.append(t)
 
 
+def node_limiter(args: argparse.Namespace) -> NodeLimiter:
+    """The in-container limiter of ``--limiter`` in ``--limiter-dir``, installed from ``--limiter-source``."""
+    limiter = NodeLimiter(args.limiter, LimiterHost.under(str(args.limiter_dir), args.hami_library))
+    try:
+        for line in install(limiter, args.limiter_source if limiter.mode is LimiterMode.GPUSLICE else None):
+            log.info("in-container limiter: %s", line)
+    except OSError as e:  # said again by the hand-off, pod by pod
+        log.error("in-container limiter: cannot install into %s: %s", args.limiter_dir, e)
+    return limiter
+
+
 def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_client: Any,
-          stop: threading.Event) -> NodeSide:
-    """Start the node side for ``args.node_name`` (see the module docstring); ``stop`` ends it."""
+          stop: threading.Event, events: EventSink | None = None) -> NodeSide:
+    """Start the node side for ``args.node_name`` (see the module docstring); ``stop`` ends it.
+    ``events`` receives the pods' hand-off warnings (a hand-off without the in-container limiter)."""
     from kubernetes import client
 
     catalog = load_catalog(args.catalog)
@@ -134,7 +176,11 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
     inventory.refresh(time.monotonic())  # the first publication before anything is offered
     side = NodeSide(inventory, stop)
     lookup = RecordLookup(index, api)
-    writer = Writer(SpecDir(args.cdi_dir), inventory.minors, EditsConfig(mps=args.mps))
+    limiter = node_limiter(args)
+    writer = Writer(SpecDir(args.cdi_dir), inventory.minors, EditsConfig(mps=args.mps, limiter=limiter), events)
+    writer.limiter_missing()  # logs what this node lacks, once, before any hand-off
+    writer.reconcile()  # before any path hands anything: the state directories match the specs on disk
+    side.writer = writer
     if args.dra:
         from enforcement.dra.checkpoint import Checkpoint, CheckpointError
         from enforcement.dra.plugin import DraDriver, DraServer
@@ -170,7 +216,8 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_cli
         _thread(side, "nri", side.nri.run, side.stop)
     _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
     _thread(side, "node-side-report", side.report)
-    log.info("node side on %s: %d card(s), DRA %s, device plugin %s", args.node_name, len(inventory.cards()),
-             "on" if args.dra else "off", "on" if args.device_plugin else "off")
+    log.info("node side on %s: %d card(s), DRA %s, device plugin %s, NRI %s, in-container limiter %s",
+             args.node_name, len(inventory.cards()), "on" if args.dra else "off",
+             "on" if args.device_plugin else "off", "on" if args.nri else "off", limiter.mode.value)
     return side
 

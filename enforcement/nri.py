@@ -203,7 +203,7 @@ class NriPlugin:
                 except HandoffError as e:
                     log.warning("NRI: %s", e)  # said again, and refused, at container creation
             if event.event == STOP_POD_SANDBOX and event.pod.uid:  # no container of it is created again
-                self.writer.specs.remove(pod_device(event.pod.uid))
+                self.writer.remove(pod_device(event.pod.uid))
             return bytes(nri_pb2.Empty().SerializeToString())
         if method == "Shutdown":
             return bytes(nri_pb2.Empty().SerializeToString())

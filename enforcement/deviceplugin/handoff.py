@@ -94,7 +94,7 @@ class TokenHandoff:
         now = self.clock()
         with self._lock:
             for token_id in token_ids:
-                self.writer.specs.remove(token_id)
+                self.writer.remove(token_id)
                 self._pending[token_id] = now
         self._wake.set()
 
@@ -176,7 +176,7 @@ class TokenHandoff:
             del self._told[token_id]
         for token_id in existing:
             if token_id not in held and token_id not in pending:
-                self.writer.specs.remove(token_id)  # its pod left the kubelet's books
+                self.writer.remove(token_id)  # its pod left the kubelet's books
         with self._lock:
             for token_id, since in list(self._pending.items()):
                 if now - since > PENDING_LIMIT_S:

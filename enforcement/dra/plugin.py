@@ -110,7 +110,7 @@ class DraDriver:
         """Unprepare one claim; False when it was not prepared (already done: not an error)."""
         with self._lock(uid):
             done = self.checkpoint.get(uid)
-            self.writer.specs.remove(claim_device(uid))
+            self.writer.remove(claim_device(uid))
             if done is None:
                 return False
             self.checkpoint.drop(uid)

@@ -1,9 +1,10 @@
-"""The hand-off's limiter edits, case by case: our library, HAMi-core's opt-in, bad input."""
+"""The hand-off's limiter edits, case by case: our library, HAMi-core's opt-in, off, files missing, bad input."""
 
 from __future__ import annotations
 
 import pytest
 
+from enforcement.edits import Mount
 from enforcement.limiter import (
     CONTAINER_LIBRARY,
     CONTAINER_PRELOAD,
@@ -13,7 +14,6 @@ from enforcement.limiter import (
     LimiterEdits,
     LimiterHost,
     LimiterMode,
-    Mount,
     limiter_edits,
     preload_line,
 )
@@ -31,7 +31,9 @@ HAMI_ENV_TAIL = (
     ("GPU_CORE_UTILIZATION_POLICY", "disable"),
     ("LIBCUDA_LOG_LEVEL", "0"),
 )
-HAMI_MOUNTS = (Mount(STATE, CONTAINER_STATE_DIR, read_only=False), Mount(HAMI_LOCK_DIR, HAMI_LOCK_DIR, read_only=False))
+HAMI_MOUNTS = (Mount(STATE, CONTAINER_STATE_DIR, read_only=False),
+               Mount(HOST.hami_lock_dir, HAMI_LOCK_DIR, read_only=False))
+GONE = ("/var/lib/gpuslice/limiter/libgpuslice-limiter.so: No such file or directory",)
 
 CASES = [
     pytest.param(
@@ -68,12 +70,30 @@ CASES = [
         ),
         id="v100-25 HAMi, libvgpu from the host",
     ),
+    pytest.param(
+        8192, 1, LimiterMode.GPUSLICE, HOST,
+        LimiterEdits((("GPUSLICE_SLICE_MEMORY_MIB", "8192"),), (), None, GONE),
+        id="ours, library missing: the cap only, nothing mounted, no state directory",
+    ),
+    pytest.param(
+        8192, 1, LimiterMode.HAMI, LimiterHost(hami_library="/opt/hami/libvgpu.so"),
+        LimiterEdits((("CUDA_DEVICE_MEMORY_LIMIT_0", "8192m"), *HAMI_ENV_TAIL), HAMI_MOUNTS, STATE, GONE),
+        id="HAMi, host libvgpu missing: its variables, not its mounts",
+    ),
+    pytest.param(8192, 1, LimiterMode.OFF, HOST, LimiterEdits((), (), None), id="off: nothing"),
 ]
 
 
 @pytest.mark.parametrize(("cap", "devices", "mode", "host", "want"), CASES)
 def test_edits(cap: int, devices: int, mode: LimiterMode, host: LimiterHost, want: LimiterEdits) -> None:
-    assert limiter_edits(cap, devices, "claim-1", mode, host) == want
+    assert limiter_edits(cap, devices, "claim-1", mode, host, want.missing) == want
+
+
+def test_the_layout_under_one_directory_is_the_default_one() -> None:
+    assert LimiterHost.under("/var/lib/gpuslice/limiter/") == HOST
+    assert LimiterHost.under("/x", "/h/libvgpu.so").files(LimiterMode.HAMI) == (
+        ("/h/libvgpu.so", None), ("/x/hami-ld.so.preload", preload_line(LimiterMode.HAMI)))
+    assert HOST.files(LimiterMode.HAMI) == () and HOST.files(LimiterMode.OFF) == ()
 
 
 def test_hami_mode_turns_ours_off() -> None:

@@ -11,12 +11,13 @@ import pytest
 
 from enforcement.cdi import CDI_VERSION, CdiError, SpecDir, spec_document
 from enforcement.clock import SimClock
-from enforcement.edits import EditsConfig, EditsError, Interposer, slice_edits
+from enforcement.edits import EditsConfig, EditsError, slice_edits
 from enforcement.inventory import ANNOTATION, Inventory, encode, gfd_model, read_cards
 from enforcement.nvml import PynvmlBackend
 from enforcement.simgpu import FakeNVML, SimGPU
 from enforcement.simnode import SimulatedCards
 from packing.record import AllocationRecord
+from tests.unit.fake_limiter import installed
 
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-4000-8000-000000000000", "GPU-bbbbbbbb-0000-4000-8000-000000000000"
 NAME = r"^[A-Za-z0-9]([A-Za-z0-9_.:-]*[A-Za-z0-9])?$"
@@ -68,7 +69,8 @@ def test_edits_carry_the_card_and_the_caps(tmp_path: Path) -> None:
     edits = slice_edits(record(), "pod-uid", {GPU_A: 1, GPU_B: 0}, EditsConfig(dev_root=tmp_path))
     env = edits.env_map()
     assert env["NVIDIA_VISIBLE_DEVICES"] == GPU_A
-    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M" and env["GPUSLICE_SLICE_MEMORY_MIB"] == "8192"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=8192M"
+    assert not edits.mounts and edits.state_dir is None  # no in-container limiter configured: none handed
     assert env["GPUSLICE_SLICE_SHARE_PERCENT"] == "25" and env["GPUSLICE_POD_UID"] == "pod-uid"
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in env  # no MPS: the pacer steers the share
     # only the device nodes that exist, and the card's own minor (1), not the other card's
@@ -77,18 +79,11 @@ def test_edits_carry_the_card_and_the_caps(tmp_path: Path) -> None:
     assert mps["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
 
 
-def test_gang_edits_and_interposer_and_a_foreign_card(tmp_path: Path) -> None:
+def test_gang_edits_and_a_foreign_card(tmp_path: Path) -> None:
     gang = slice_edits(record((GPU_B, GPU_A), "v100-100", 1000, 32768), "u", {GPU_A: 0, GPU_B: 1},
                        EditsConfig(dev_root=tmp_path))
     assert gang.env_map()["NVIDIA_VISIBLE_DEVICES"] == f"{GPU_B},{GPU_A}"
     assert gang.env_map()["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=32768M,1=32768M"
-    ip = Interposer("/opt/gpuslice/libslice.so", "/usr/lib/gpuslice/libslice.so", "/run/gpuslice/ld.so.preload",
-                    {"GPUSLICE_SLICE_STATE_DIR": "/run/gpuslice/state"})
-    wired = slice_edits(record(), "u", {GPU_A: 0}, EditsConfig(dev_root=tmp_path, interposer=ip))
-    assert [(m.host_path, m.container_path, m.read_only) for m in wired.mounts] == [
-        ("/opt/gpuslice/libslice.so", "/usr/lib/gpuslice/libslice.so", True),
-        ("/run/gpuslice/ld.so.preload", "/etc/ld.so.preload", True)]
-    assert wired.env_map()["GPUSLICE_SLICE_STATE_DIR"] == "/run/gpuslice/state"
     with pytest.raises(EditsError, match="does not have"):
         slice_edits(record((GPU_B,)), "u", {GPU_A: 0})
 
@@ -96,13 +91,14 @@ def test_gang_edits_and_interposer_and_a_foreign_card(tmp_path: Path) -> None:
 def test_cdi_spec_validates_against_the_schema_and_round_trips(tmp_path: Path) -> None:
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidia0").touch()
-    ip = Interposer("/opt/l.so", "/usr/lib/l.so", "/run/p", {})
-    edits = slice_edits(record(), "pod-uid", {GPU_A: 0}, EditsConfig(dev_root=tmp_path, interposer=ip))
+    limiter = installed(tmp_path)  # the spec then carries the limiter's three mounts (one read-write)
+    edits = slice_edits(record(), "pod-uid", {GPU_A: 0}, EditsConfig(dev_root=tmp_path, limiter=limiter))
     specs = SpecDir(tmp_path / "cdi")
     path = specs.write("v100-25::" + GPU_A + "::3", edits, "pod-uid")
     doc = json.loads(path.read_text())
     jsonschema.validate(doc, CDI_SCHEMA)
     assert doc["cdiVersion"] == CDI_VERSION == "0.6.0" and doc["kind"] == "gpuslice.io/slice"
+    assert [m["options"][0] for m in doc["devices"][0]["containerEdits"]["mounts"]] == ["ro", "ro", "rw"]
     assert [s.pod_uid for s in specs.written()] == ["pod-uid"]
     assert not list((tmp_path / "cdi").glob(".*"))  # no temporary file left behind
     assert specs.remove("v100-25::" + GPU_A + "::3") and not specs.remove("v100-25::" + GPU_A + "::3")

@@ -41,6 +41,7 @@ from enforcement.kubeletapi.stubs import (
 from enforcement.pods import PodIndex
 from packing.products import load_catalog
 from packing.record import ANNOTATION, AllocationRecord
+from tests.unit.fake_limiter import installed
 
 NODE = "node-a"
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-4000-8000-000000000000", "GPU-bbbbbbbb-0000-4000-8000-000000000000"
@@ -94,9 +95,10 @@ def world() -> Iterator[dict[str, Any]]:
     api = MemoryApi()
     api.objects["/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/gpu"] = claim_obj()
     specs = SpecDir(tmp_path / "cdi")
-    writer = Writer(specs, lambda: {GPU_A: 0, GPU_B: 1}, EditsConfig(dev_root=tmp_path / "dev"))
+    limiter = installed(tmp_path)
+    writer = Writer(specs, lambda: {GPU_A: 0, GPU_B: 1}, EditsConfig(dev_root=tmp_path / "dev", limiter=limiter))
     yield {"index": index, "api": api, "specs": specs, "writer": writer, "lookup": RecordLookup(index, api),
-           "tmp": tmp_path}
+           "tmp": tmp_path, "pod_state": Path(limiter.host.state_root) / POD_UID}
     shutil.rmtree(tmp_path, ignore_errors=True)
 
 
@@ -132,10 +134,17 @@ def test_dra_registration_and_prepare_unprepare_over_unix_sockets(world: dict[st
             env = spec["devices"][0]["containerEdits"]["env"]
             assert f"NVIDIA_VISIBLE_DEVICES={GPU_A}" in env and "GPUSLICE_SLICE_MEMORY_MIB=8192" in env
             assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8192M" in env
+            assert "GPUSLICE_SLICE_STATE_DIR=/run/gpuslice/limiter" in env
             assert spec["annotations"]["gpuslice.io/pod-uid"] == POD_UID
+            # the limiter's state directory exists, empty and open to every user, before the kubelet goes on
+            state = world["pod_state"]
+            assert state.is_dir() and not list(state.iterdir()) and state.stat().st_mode & 0o777 == 0o777
+            assert {m["containerPath"]: m["hostPath"] for m in spec["devices"][0]["containerEdits"]["mounts"]}[
+                "/run/gpuslice/limiter"] == str(state)
             out = stub.NodeUnprepareResources(dra_pb2.NodeUnprepareResourcesRequest(claims=[claim]))
             assert out.claims[CLAIM_UID].error == ""
             assert world["specs"].read(f"claim-{CLAIM_UID}") is None and driver.checkpoint.get(CLAIM_UID) is None
+            assert not state.exists()  # released with the claim
             # unprepare twice (the kubelet retries after a restart): still fine
             out = stub.NodeUnprepareResources(dra_pb2.NodeUnprepareResourcesRequest(claims=[claim]))
             assert out.claims[CLAIM_UID].error == ""
@@ -171,7 +180,7 @@ def test_dra_unknown_claim_or_pod_is_a_clear_error(world: dict[str, Any], case: 
                 claims=[dra_pb2.Claim(namespace="ml", name=name, uid=CLAIM_UID)]))
         assert message in resp.claims[CLAIM_UID].error
         assert not list(resp.claims[CLAIM_UID].devices) and driver.checkpoint.claims() == []
-        assert world["specs"].written() == []  # nothing half-done
+        assert world["specs"].written() == [] and not world["pod_state"].exists()  # nothing half-done
     finally:
         server.stop()
 
@@ -186,8 +195,9 @@ def test_dra_checkpoint_survives_an_agent_restart(world: dict[str, Any]) -> None
     driver2, server2 = dra(world)
     try:
         assert driver2.prepare("ml", "gpu", CLAIM_UID) == first and driver2.prepared_count == 0
+        assert world["pod_state"].is_dir()
         assert driver2.unprepare(CLAIM_UID) and not driver2.unprepare(CLAIM_UID)
-        assert world["specs"].written() == []
+        assert world["specs"].written() == [] and not world["pod_state"].exists()
     finally:
         server2.stop()
 
@@ -314,13 +324,15 @@ def test_device_plugin_registers_lists_prefers_and_allocates(
     spec = world["specs"].read(b_tokens[1])
     assert spec is not None and spec["annotations"]["gpuslice.io/pod-uid"] == POD_UID
     assert f"NVIDIA_VISIBLE_DEVICES={GPU_A}" in spec["devices"][0]["containerEdits"]["env"]
+    assert "GPUSLICE_SLICE_MEMORY_MIB=8192" in spec["devices"][0]["containerEdits"]["env"]
+    assert world["pod_state"].is_dir()  # created before PreStartContainer let the container be made
     assert handoff.mismatches == 1 and handoff.pending() == []
     # ml/other has no record: its token gets no spec, and says why
     assert world["specs"].read(b_tokens[0]) is None and "ml/other" in handoff.last_error
-    # the holder leaves the kubelet's books: its spec goes
+    # the holder leaves the kubelet's books: its spec goes, and its state directory with it
     kubelet.pods.clear()
     handoff.reconcile()
-    assert world["specs"].read(b_tokens[1]) is None
+    assert world["specs"].read(b_tokens[1]) is None and not world["pod_state"].exists()
 
 
 def test_device_plugin_reregisters_when_the_kubelet_restarts(

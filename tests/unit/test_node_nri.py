@@ -25,6 +25,7 @@ from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
 from enforcement.nri import EVENTS, NriPlugin, pod_device
 from enforcement.pods import PodIndex
 from packing.record import ANNOTATION, AllocationRecord
+from tests.unit.fake_limiter import installed
 
 GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000000"
 UID = "11111111-2222-4333-8444-555555555555"
@@ -99,7 +100,8 @@ def setup() -> Iterator[tuple[Runtime, NriPlugin, SpecDir, threading.Event]]:
     tmp = Path(tempfile.mkdtemp(prefix="gs-nri-"))
     runtime = Runtime(tmp / "nri.sock")
     specs = SpecDir(tmp / "cdi")
-    plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp)),
+    limiter = installed(tmp)
+    plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp, limiter=limiter)),
                        PodIndex("node-a"), "node-a")
     stop = threading.Event()
     thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
@@ -131,6 +133,8 @@ def test_registers_configures_and_hands_an_annotation_pod_its_slice(
     # the spec is written when the sandbox starts, ahead of the containers
     runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=pod()), nri_pb2.Empty())
     assert specs.read(pod_device(UID)) is not None
+    state = specs.root.parent / "limiter" / "state" / UID
+    assert state.is_dir()  # the limiter's state directory, ahead of the containers too
     req = nri_pb2.CreateContainerRequest(pod=pod(), container=nri_pb2.Container(name="main", env=["PATH=/bin"]))
     resp, status = runtime.call("CreateContainer", req, nri_pb2.CreateContainerResponse())
     assert status.code == 0
@@ -139,7 +143,7 @@ def test_registers_configures_and_hands_an_annotation_pod_its_slice(
     assert spec is not None and f"NVIDIA_VISIBLE_DEVICES={GPU}" in spec["devices"][0]["containerEdits"]["env"]
     stopped = nri_pb2.StateChangeEvent(event=2, pod=pod())
     runtime.call("StateChange", stopped, nri_pb2.Empty())
-    assert specs.read(pod_device(UID)) is None
+    assert specs.read(pod_device(UID)) is None and not state.exists()
 
 
 def test_a_container_whose_sandbox_start_it_missed_waits_for_the_runtime_cache(
