@@ -19,7 +19,9 @@ Wire protocol (NRI v1alpha1 over ttrpc over NRI's connection multiplexer, on one
   then a ``ttrpc.Request`` / ``ttrpc.Response`` protobuf.
 
 The plugin registers (``Runtime.RegisterPlugin``), answers ``Configure`` with the events it wants
-(RunPodSandbox, StopPodSandbox, CreateContainer), and reconnects when containerd restarts.
+(RunPodSandbox, StopPodSandbox, CreateContainer), and reconnects when containerd restarts. The
+``Synchronize`` list that follows each connection removes the specs of sandboxes that stopped
+while the plugin was not connected.
 """
 
 from __future__ import annotations
@@ -54,8 +56,11 @@ MAX_MESSAGE = 4 << 20
 UNIMPLEMENTED = 12
 
 
+POD_PREFIX = "pod-"  # the spec devices of this path (DRA's are claim-*, the device plugin's tokens)
+
+
 def pod_device(pod_uid: str) -> str:
-    return f"pod-{pod_uid}"
+    return POD_PREFIX + pod_uid
 
 
 class NriError(RuntimeError):
@@ -180,6 +185,7 @@ class NriPlugin:
         self.handed = 0
         self.skipped = 0
         self.last_error = ""
+        self._seen: set[str] = set()  # pod UIDs of a Synchronize still in progress
 
     # ---- the plugin's answers -------------------------------------------------------------------
     def handle(self, method: str, payload: bytes) -> bytes:
@@ -188,6 +194,7 @@ class NriPlugin:
         if method == "Synchronize":
             req = nri_pb2.SynchronizeRequest()
             req.ParseFromString(payload)
+            self._synchronized(req)
             return bytes(nri_pb2.SynchronizeResponse(more=req.more).SerializeToString())
         if method == "CreateContainer":
             req = nri_pb2.CreateContainerRequest()
@@ -208,6 +215,19 @@ class NriPlugin:
         if method == "Shutdown":
             return bytes(nri_pb2.Empty().SerializeToString())
         raise NotImplementedError(method)
+
+    def _synchronized(self, req: Any) -> None:
+        """The runtime lists its pod sandboxes on (re)connection, in chunks until ``more`` is false:
+        a ``pod-<uid>`` spec of a sandbox no longer there (stopped while the agent was away) goes,
+        and the pod's limiter state directory with it."""
+        self._seen.update(p.uid for p in req.pods if p.uid)
+        if req.more:
+            return
+        seen, self._seen = self._seen, set()
+        for spec in self.writer.specs.written():
+            if spec.device.startswith(POD_PREFIX) and spec.device.removeprefix(POD_PREFIX) not in seen:
+                self.writer.remove(spec.device)
+                log.info("NRI: removed %s, whose pod sandbox is gone", qualified(spec.device))
 
     def adjust(self, pod: Any, container: Any) -> Any:
         """The adjustment for one container: our CDI device, or nothing (not ours, or handed already)."""

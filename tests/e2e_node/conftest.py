@@ -5,6 +5,8 @@ Everything is real: etcd, kube-apiserver, kube-scheduler with the gpuslice exten
 agent as a host process (``gpuslice agent --simulated-gpus``) on the kubelet's own sockets,
 authenticated by a ServiceAccount token bound to its pod, under the RBAC and admission policy of
 ``deploy/agent-daemonset.yaml``. Only the GPUs are simulated (fixed UUIDs, pynvml's interface).
+The agent installs the in-container limiter built here by ``make interposer`` into its own
+``--limiter-dir``, as the DaemonSet's agent installs the one its image carries.
 """
 
 from __future__ import annotations
@@ -58,6 +60,15 @@ def bins() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
+def limiter_library() -> Path:
+    """``libgpuslice-limiter.so`` from ``make interposer`` (its last line is the library's path)."""
+    out = subprocess.run(["make", "-s", "-C", str(REPO), "interposer"], capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        pytest.fail(f"make interposer failed:\n{out.stderr[-4000:]}", pytrace=False)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
 def cp(bins: tuple[Path, Path]) -> Iterator[ControlPlane]:
     plane = ControlPlane(bins[0])
     try:
@@ -100,6 +111,7 @@ class Agent:
     log: Path
     cards: Path
     port: int
+    limiter_dir: Path
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -163,7 +175,7 @@ def _agent_token(kube: Kube, pod: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="session")
-def agent(cp: ControlPlane, gs: h.Gpuslice, node: RealNode,
+def agent(cp: ControlPlane, gs: h.Gpuslice, node: RealNode, limiter_library: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Agent]:
     kube = gs.kube
     _apply_agent_rbac(kube)
@@ -195,9 +207,11 @@ def agent(cp: ControlPlane, gs: h.Gpuslice, node: RealNode,
             "--device-plugin-dir", str(DEVICE_PLUGINS), "--nri-socket", str(node.nri_socket),
             "--cdi-dir", str(node.cdi_dir),
             "--state-dir", str(work / "state"), "--runtime-dir", str(work / "run"), "--listen", f"127.0.0.1:{port}",
+            "--limiter-dir", str(work / "limiter"), "--limiter-source", str(limiter_library),
             "--inventory-every", "0.5", "--slice-resync", "1", "--no-pacing", "--log-level", "INFO"]
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(work)}
-    a = Agent(argv, env, work / "agent.log", cards, port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_AGENT_")}
+    env.update({"PYTHONPATH": str(REPO), "HOME": str(work)})
+    a = Agent(argv, env, work / "agent.log", cards, port, work / "limiter")
     a.start()
     try:
         wait_for(lambda: _inventory(kube) is not None, 60, what="the agent's inventory on the Node")

@@ -31,7 +31,7 @@ from tests.e2e.cluster import ControlPlane, _Process, free_port, tail, wait_for
 BUSYBOX = Path("/bin/busybox")
 IMAGE = "docker.io/library/e2e-busybox:1"
 PAUSE = "docker.io/library/e2e-pause:1"
-APPLETS = ("sh", "sleep", "env", "cat", "echo", "true")
+APPLETS = ("sh", "sleep", "env", "cat", "echo", "true", "sha256sum", "stat")
 RUNC = "/usr/sbin/runc"
 # The kubelet's device manager always serves here, whatever its --root-dir: one real node per machine.
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")

@@ -11,10 +11,19 @@ Scenarios (the figures are printed, and saved to ``$GPUSLICE_E2E_TIMINGS`` when 
    prepared twice and nothing is lost;
 4. delete -> the next queued pod Running (p50/p99), with the claim or token handed back;
 5. a card withdrawn from the inventory gets nothing new.
+
+In every handed container (every path) the in-container limiter is checked as the hand-off gives
+it: ``/etc/ld.so.preload`` naming the library, the library itself (the very file ``make
+interposer`` built, read-only), the pod's state directory mounted read-write (a file the
+container writes there appears in ``<limiter-dir>/state/<pod uid>`` on the host) and
+``GPUSLICE_SLICE_MEMORY_MIB`` / ``GPUSLICE_SLICE_STATE_DIR`` set to its product's cap. busybox is
+static, so the loader never preloads the library into these containers: the suite checks the
+files and the environment, not the library's answers (``tests/interposer`` does those).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -36,6 +45,9 @@ from .node import IMAGE, RealNode
 pytestmark = pytest.mark.e2e
 HOLD = "e2e.gpuslice.io/hold"
 CAPS = {"v100-25": ("8192", "25"), "v100-50": ("16384", "50"), "v100-100": ("32768", "100")}
+# the hand-off's contract (enforcement/README.md, "The hand-off"), written out: a test, not a copy
+CONTAINER_LIBRARY = "/usr/local/gpuslice/lib/libgpuslice-limiter.so"
+CONTAINER_STATE_DIR = "/run/gpuslice/limiter"
 FIGURES: dict[str, Any] = {}
 
 
@@ -47,10 +59,26 @@ def note(key: str, value: Any) -> None:
         Path(path).write_text(json.dumps(FIGURES, indent=1) + "\n")
 
 
+# What the container reports of its limiter, one "limiter <what>=<value>" line each (busybox's ash), then
+# "limiter done=1": the log is read once that line is there.
+LIMITER_PROBE = " ".join((
+    'echo "limiter preload=$(cat /etc/ld.so.preload)";',
+    f'set -- $(sha256sum {CONTAINER_LIBRARY}); echo "limiter library_sha256=$1";',
+    '(echo x > /etc/ld.so.preload) 2>/dev/null && echo "limiter preload_write=allowed" ||',
+    'echo "limiter preload_write=refused";',
+    f'(echo x > {CONTAINER_LIBRARY}) 2>/dev/null && echo "limiter library_write=allowed" ||',
+    'echo "limiter library_write=refused";',
+    'echo "limiter state_mode=$(stat -c %a "$GPUSLICE_SLICE_STATE_DIR")";',
+    '(echo "$GPUSLICE_POD_UID" > "$GPUSLICE_SLICE_STATE_DIR/probe-main") 2>/dev/null &&',
+    'echo "limiter state_write=ok" || echo "limiter state_write=failed";',
+    'echo "limiter done=1";',
+))
+
+
 def pod(name: str, product: str, how: str, claim: str | None = None, hold: bool = False) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "main", "image": IMAGE, "imagePullPolicy": "Never",
-        "command": ["sh", "-c", "env; trap 'exit 0' TERM; while :; do sleep 1; done"],
+        "command": ["sh", "-c", f"env; {LIMITER_PROBE} trap 'exit 0' TERM; while :; do sleep 1; done"],
         "resources": {"requests": {"cpu": "10m"}},
     }
     meta: dict[str, Any] = {"name": name}
@@ -100,13 +128,18 @@ def container_env(node: RealNode, p: dict[str, Any], timeout: float = 30.0) -> d
             if len(parts) == 4 and "=" in parts[3]:
                 key, _, value = parts[3].partition("=")
                 env[key] = value
-        return env if "PATH" in env else None
+        return env if "limiter done" in env else None
 
     got: dict[str, str] = wait_for(read, timeout, interval=0.1, what=f"the log of {meta['name']}")
     return got
 
 
-def assert_handed(node: RealNode, p: dict[str, Any]) -> AllocationRecord:
+def limiter_state(agent: Agent, p: dict[str, Any]) -> Path:
+    """The host side of the pod's limiter state directory."""
+    return agent.limiter_dir / "state" / str(p["metadata"]["uid"])
+
+
+def assert_handed(node: RealNode, agent: Agent, p: dict[str, Any]) -> AllocationRecord:
     rec = h.record(p)
     assert rec is not None and rec.node == NODE, f"{p['metadata']['name']} has no record for {NODE}"
     assert set(rec.gpus) <= {c["uuid"] for c in CARDS}, f"record names non-NVML ids: {rec.gpus}"
@@ -117,6 +150,15 @@ def assert_handed(node: RealNode, p: dict[str, Any]) -> AllocationRecord:
     assert env.get("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT") == f"0={mib}M"
     assert env.get("GPUSLICE_SLICE_SHARE_PERCENT") == percent
     assert env.get("GPUSLICE_POD_UID") == p["metadata"]["uid"]
+    # the in-container limiter: preload entry, the library built here (read-only), the pod's state dir
+    built = Path(agent.argv[agent.argv.index("--limiter-source") + 1])
+    seen = {k.removeprefix("limiter "): v for k, v in env.items() if k.startswith("limiter ")}
+    assert env.get("GPUSLICE_SLICE_STATE_DIR") == CONTAINER_STATE_DIR, env
+    assert seen == {"preload": CONTAINER_LIBRARY, "library_sha256": hashlib.sha256(built.read_bytes()).hexdigest(),
+                    "preload_write": "refused", "library_write": "refused", "state_mode": "777",
+                    "state_write": "ok", "done": "1"}, seen
+    probe = limiter_state(agent, p) / "probe-main"
+    assert probe.read_text().strip() == p["metadata"]["uid"], "the container's state dir is not its pod's"
     return rec
 
 
@@ -156,9 +198,9 @@ def test_dra_and_extended_resource_pods_get_their_card_and_caps(gs: h.Gpuslice, 
     by_template["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "quarter"}]
     h.stand_in_claim_controller(kube, ns, h.create_pod(kube, ns, by_template), template)
     by_claim, by_resource = running(kube, ns, "by-claim"), running(kube, ns, "by-resource")
-    rec_claim, rec_resource = assert_handed(node, by_claim), assert_handed(node, by_resource)
+    rec_claim, rec_resource = assert_handed(node, agent, by_claim), assert_handed(node, agent, by_resource)
     assert rec_claim.product == "v100-50" and rec_resource.product == "v100-25"
-    assert assert_handed(node, running(kube, ns, "by-template")).product == "v100-25"
+    assert assert_handed(node, agent, running(kube, ns, "by-template")).product == "v100-25"
     c = kube.request("GET", f"/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims/half")
     spec_path = node.cdi_dir / f"gpuslice.io-slice_claim-{c['metadata']['uid']}.json"
     doc = json.loads(spec_path.read_text())
@@ -170,13 +212,16 @@ def test_annotation_pod_gets_its_card_through_nri(gs: h.Gpuslice, node: RealNode
     """No kubelet plugin sees an annotation-only pod; the agent's NRI plugin hands it its slice."""
     h.create_pod(gs.kube, ns, pod("by-annotation", "v100-25", "annotation"))
     p = running(gs.kube, ns, "by-annotation")
-    rec = assert_handed(node, p)
+    rec = assert_handed(node, agent, p)
     spec = node.cdi_dir / f"gpuslice.io-slice_pod-{p['metadata']['uid']}.json"
     assert spec.exists()
     # the DRA and device plugin pods of the other tests were not handed twice
     assert "NRI: container" in agent.log.read_text()
+    state = limiter_state(agent, p)
+    assert state.is_dir()
     h.delete_now(gs.kube, ns, "by-annotation")
     wait_for(lambda: not spec.exists(), 60, what="the pod's NRI spec removed when its sandbox stops")
+    wait_for(lambda: not state.exists(), 10, what="the pod's limiter state directory removed with its spec")
     note("annotation_pod", {"gpus": rec.gpus})
 
 
@@ -214,7 +259,7 @@ def test_opposite_admission_order_still_gives_each_pod_its_card(gs: h.Gpuslice, 
     admitted = [uids[u] for u in _admission_order(node, set(uids))]
     assert admitted == ["first-created", "second-created"], f"kubelet admission order {admitted}"
     assert admitted == list(reversed(bind_order))
-    rec_a, rec_b = assert_handed(node, a), assert_handed(node, b)
+    rec_a, rec_b = assert_handed(node, agent, a), assert_handed(node, agent, b)
     assert rec_a.gpus != rec_b.gpus, "two whole cards on one card"
     assert h.record(first) == rec_a and h.record(second) == rec_b
     note("opposite_order", {"bound": bind_order, "admitted": admitted, "cards": [rec_a.gpus, rec_b.gpus],
@@ -252,11 +297,16 @@ def test_agent_and_kubelet_restarts_prepare_nothing_twice_and_lose_nothing(gs: h
     log = agent.log.read_text()
     assert log.count(f"prepared claim {ns}/quarter ") == 1, "the claim was prepared twice"
     assert spec_path.exists() and claim_uid in json.loads(checkpoint.read_text())["claims"]
+    for p in (dra_pod, dp_pod):  # the restarted agent kept the running pods' limiter state (and what is in it)
+        probe = limiter_state(agent, p) / "probe-main"
+        assert probe.read_text().strip() == p["metadata"]["uid"], f"{p['metadata']['name']} lost its limiter state"
 
     h.delete_now(kube, ns, "dra-pod")
     wait_for(lambda: not spec_path.exists(), 60, what="the claim's CDI spec removed by NodeUnprepareResources")
     wait_for(lambda: claim_uid not in json.loads(checkpoint.read_text())["claims"], 10, what="checkpoint entry gone")
     assert agent.log.read_text().count(f"unprepared claim {ns}/quarter ") == 1
+    wait_for(lambda: not limiter_state(agent, dra_pod).exists(), 30, what="the DRA pod's limiter state removed")
+    assert limiter_state(agent, dp_pod).is_dir()  # a neighbour's stays
     note("restarts", {"prepared_once": True, "unprepared_after_restarts": True})
 
 
@@ -310,6 +360,8 @@ def test_delete_to_next_queued_pod_running(gs: h.Gpuslice, node: RealNode, agent
     samples: list[float] = []
     for i in range(rounds):
         victim = live.pop(0)
+        state = limiter_state(agent, kube.get_pod(ns, victim) or {"metadata": {"uid": "?"}})
+        assert state.is_dir(), f"{victim} has no limiter state directory"
         spec = None
         if how == "dra":
             spec = node.cdi_dir / f"gpuslice.io-slice_claim-{_claim_uid(kube, ns, victim)}.json"
@@ -319,9 +371,10 @@ def test_delete_to_next_queued_pod_running(gs: h.Gpuslice, node: RealNode, agent
             release_claim(kube, ns, victim)
         p = running(kube, ns, f"next-{i}", 120)
         samples.append(time.monotonic() - started)
-        assert_handed(node, p)
+        assert_handed(node, agent, p)
         if spec is not None:
             wait_for(lambda s=spec: not s.exists(), 30, what=f"the claim of {victim} unprepared")
+        wait_for(lambda d=state: not d.exists(), 30, what=f"the limiter state of {victim} removed")
         live.append(f"next-{i}")
     samples.sort()
     p99 = samples[min(len(samples) - 1, round(0.99 * (len(samples) - 1)))]
@@ -353,7 +406,7 @@ def test_withdrawn_card_gets_nothing_new(gs: h.Gpuslice, node: RealNode, agent: 
         records = {n: h.record(kube.get_pod(ns, n) or {}) for n in names}
         on_lost = [n for n, r in records.items() if r is not None and lost in r.gpus]
         assert not on_lost, f"{on_lost} placed on the withdrawn card {lost} (records: {records})"
-        placed = [assert_handed(node, running(kube, ns, n, 30)) for n in ("after-dra", "after-0")]
+        placed = [assert_handed(node, agent, running(kube, ns, n, 30)) for n in ("after-dra", "after-0")]
         assert records["after-1"] is None, "a whole card placed with no healthy card free"
         note("withdrawn_card", {"placed": [r.gpus for r in placed], "after-1": "Pending"})
     finally:

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from enforcement.cdi import SETTLE_S, SpecDir
-from enforcement.edits import EditsConfig
+from enforcement.edits import ContainerEdits, EditsConfig
 from enforcement.handoff import Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
 from enforcement.nri import EVENTS, NriPlugin, pod_device
@@ -181,3 +181,24 @@ def test_a_record_it_cannot_honour_fails_the_container_creation(
     assert specs.written() == []
     _, status = runtime.call("UpdateContainer", nri_pb2.Empty(), nri_pb2.Empty())
     assert status.code == 12  # unimplemented, said so
+
+
+def test_synchronize_removes_the_specs_of_sandboxes_gone_while_away(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event]) -> None:
+    """A sandbox stopped while the plugin was not connected: the runtime's Synchronize list (in
+    chunks) no longer names it, so its spec and its pod's limiter state directory go; the rest stay."""
+    runtime, _, specs, _ = setup
+    gone = "22222222-3333-4444-8555-666666666666"
+    runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=pod()), nri_pb2.Empty())
+    left = pod()
+    left.uid = gone
+    left.annotations[ANNOTATION] = AllocationRecord(gone, "node-a", (GPU,), "v100-25", 250, 8192).encode()
+    runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=left), nri_pb2.Empty())
+    state = specs.root.parent / "limiter" / "state"
+    assert (state / gone).is_dir() and (state / UID).is_dir()
+    specs.write("claim-x", ContainerEdits(("X=1",)), "some-pod")  # another path's spec: never NRI's to remove
+    runtime.call("Synchronize", nri_pb2.SynchronizeRequest(pods=[pod()], more=True), nri_pb2.SynchronizeResponse())
+    assert specs.read(pod_device(gone)) is not None  # not before the last chunk
+    runtime.call("Synchronize", nri_pb2.SynchronizeRequest(more=False), nri_pb2.SynchronizeResponse())
+    assert sorted(s.device for s in specs.written()) == ["claim-x", pod_device(UID)]
+    assert not (state / gone).exists() and (state / UID).is_dir()
