@@ -9,7 +9,6 @@ writes the spec and keeps the in-container limiter's state directory beside it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import zlib
@@ -17,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from enforcement.cdi import SpecDir, qualified, spec_mounts
+from enforcement.cdi import POD_UID_ANNOTATION, SpecDir, qualified, spec_mounts
 from enforcement.cgroups import canonical_uid
 from enforcement.edits import EditsConfig, EditsError, slice_edits
 from enforcement.events import EventSink
@@ -101,7 +100,7 @@ class Writer:
         self.without_limiter = 0  # hand-offs written without the in-container limiter's files
         self._stripes = tuple(threading.Lock() for _ in range(_STRIPES))  # per state directory, never node-wide
         self._said: tuple[str, ...] | None = None  # the limiter's missing files last logged
-        self._told: set[str] = set()  # pods already sent a SliceLimiterMissing event
+        self._told: set[str] = set()  # pods sent a SliceLimiterMissing event, until their spec goes
 
     def _lock(self, state_dir: str | None) -> threading.Lock:
         return self._stripes[zlib.crc32((state_dir or "").encode()) % _STRIPES]
@@ -130,11 +129,13 @@ class Writer:
     def remove(self, device: str) -> bool:
         """Remove the spec of ``device``, and its state directory when no other spec mounts it;
         False when there was no spec."""
-        state_dir = spec_mounts(self.specs.read(device) or {}).get(CONTAINER_STATE_DIR)
+        doc = self.specs.read(device) or {}
+        state_dir = spec_mounts(doc).get(CONTAINER_STATE_DIR)
         with self._lock(state_dir):
             removed = self.specs.remove(device)
             if state_dir is not None:
                 self._release_unused(state_dir)
+        self._told.discard(str((doc.get("annotations") or {}).get(POD_UID_ANNOTATION, "")))
         return removed
 
     def reconcile(self) -> None:
@@ -164,8 +165,6 @@ class Writer:
                 log.info("removed the limiter state directory %s", state_dir)
         except (OSError, ValueError) as e:
             log.warning("left the limiter state directory %s: %s", state_dir, e)
-        with contextlib.suppress(KeyError):
-            self._told.remove(Path(state_dir).name)
 
     def limiter_missing(self) -> tuple[str, ...]:
         """What this node lacks now to hand the in-container limiter (logged when it changes)."""
