@@ -49,6 +49,7 @@ CAPS = {"v100-25": ("8192", "25"), "v100-50": ("16384", "50"), "v100-100": ("327
 CONTAINER_LIBRARY = "/usr/local/gpuslice/lib/libgpuslice-limiter.so"
 CONTAINER_STATE_DIR = "/run/gpuslice/limiter"
 FIGURES: dict[str, Any] = {}
+SEEN: dict[str, dict[str, str]] = {}  # pod name -> what its container reported of its limiter
 
 
 def note(key: str, value: Any) -> None:
@@ -159,6 +160,7 @@ def assert_handed(node: RealNode, agent: Agent, p: dict[str, Any]) -> Allocation
                     "state_write": "ok", "done": "1"}, seen
     probe = limiter_state(agent, p) / "probe-main"
     assert probe.read_text().strip() == p["metadata"]["uid"], "the container's state dir is not its pod's"
+    SEEN[p["metadata"]["name"]] = {**seen, "GPUSLICE_SLICE_MEMORY_MIB": mib, "host_state": str(probe.parent)}
     return rec
 
 
@@ -206,6 +208,7 @@ def test_dra_and_extended_resource_pods_get_their_card_and_caps(gs: h.Gpuslice, 
     doc = json.loads(spec_path.read_text())
     assert doc["annotations"]["gpuslice.io/pod-uid"] == by_claim["metadata"]["uid"]
     note("handed_pods", {"dra": rec_claim.gpus, "resource": rec_resource.gpus})
+    note("limiter_in_container", {n: SEEN[n] for n in ("by-claim", "by-template", "by-resource")})
 
 
 def test_annotation_pod_gets_its_card_through_nri(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str) -> None:
@@ -222,7 +225,7 @@ def test_annotation_pod_gets_its_card_through_nri(gs: h.Gpuslice, node: RealNode
     h.delete_now(gs.kube, ns, "by-annotation")
     wait_for(lambda: not spec.exists(), 60, what="the pod's NRI spec removed when its sandbox stops")
     wait_for(lambda: not state.exists(), 10, what="the pod's limiter state directory removed with its spec")
-    note("annotation_pod", {"gpus": rec.gpus})
+    note("annotation_pod", {"gpus": rec.gpus, "limiter_in_container": SEEN["by-annotation"]})
 
 
 # ---- 2 ---------------------------------------------------------------------------------------------
