@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("packing.demo:main", "pack a sample workload with every placement policy (no cluster)"),
     "serve": ("extender.cli:main", "run the kube-scheduler extender (--standalone: no cluster needed)"),
     "status": ("extender.cli:status_main", "print a running extender's ledger and queue"),
+    "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
     "agent": ("enforcement.cli:main", "run the node agent (--simulate: against a simulated GPU)"),
     "simulate": ("simulations.cli:simulate_main", "replay a trace through the packer and the queue"),
     "plan": ("simulations.cli:plan_main", "find the smallest card count that meets a wait target"),
