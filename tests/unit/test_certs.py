@@ -53,7 +53,8 @@ def test_a_second_run_changes_nothing() -> None:
     assert again.secrets == current
 
 
-@pytest.mark.parametrize(("later", "renewed"), [(timedelta(days=300), ()), (timedelta(days=340), ("serving", "client"))])
+@pytest.mark.parametrize(("later", "renewed"),
+                         [(timedelta(days=300), ()), (timedelta(days=340), ("serving", "client"))])
 def test_leaves_are_renewed_within_the_window_only(later: timedelta, renewed: tuple[str, ...]) -> None:
     current = fresh()
     decided = plan(current, Options(NS, renew_within_days=30), NOW + later)
@@ -172,7 +173,7 @@ def test_the_certificates_complete_a_mutual_tls_handshake_with_pythons_ssl() -> 
         thread.join(10)
         peer = seen["peer"]
         assert isinstance(peer, dict)
-        assert ((("commonName", "gpuslice-scheduler"),),) == peer["subject"]
+        assert peer["subject"] == ((("commonName", "gpuslice-scheduler"),),)
 
 
 def test_a_leaf_of_another_ca_is_not_signed_by_this_one() -> None:
