@@ -185,14 +185,18 @@ def _render(state: dict[str, Any]) -> str:
 def status_main(argv: Sequence[str]) -> int:
     """``gpuslice status``: GET /state of a running extender and print it (``--json`` for raw)."""
     ap = argparse.ArgumentParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
-    ap.add_argument("--url", default=f"http://127.0.0.1:{DEFAULT_PORT}",
+    env = os.environ.get  # the chart sets GPUSLICE_STATUS_* in the extender's container: `kubectl exec` needs no flags
+    ap.add_argument("--url", default=env("GPUSLICE_STATUS_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
                     help="the extender's base URL (GET /state answers over loopback, or to an allowed client "
-                         "certificate)")
-    ap.add_argument("--ca", default="", help="https: verify the extender against this CA (PEM)")
-    ap.add_argument("--cert", default="", help="https: present this client certificate (PEM)")
-    ap.add_argument("--key", default="", help="https: the client certificate's key (PEM)")
-    ap.add_argument("--server-name", default="", help="https: the name the extender's certificate carries, when "
-                    "the URL names an address it does not (e.g. gpuslice-extender.gpuslice-system.svc)")
+                         "certificate; default $GPUSLICE_STATUS_URL, else http://127.0.0.1:8888)")
+    ap.add_argument("--ca", default=env("GPUSLICE_STATUS_CA", ""),
+                    help="https: verify the extender against this CA (PEM; default $GPUSLICE_STATUS_CA)")
+    ap.add_argument("--cert", default=env("GPUSLICE_STATUS_CERT", ""),
+                    help="https: present this client certificate (PEM)")
+    ap.add_argument("--key", default=env("GPUSLICE_STATUS_KEY", ""), help="https: the client certificate's key (PEM)")
+    ap.add_argument("--server-name", default=env("GPUSLICE_STATUS_SERVER_NAME", ""),
+                    help="https: the name the extender's certificate carries, when the URL names an address it "
+                         "does not (e.g. gpuslice-extender.gpuslice-system.svc; default $GPUSLICE_STATUS_SERVER_NAME)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     args = ap.parse_args(list(argv))
     try:
@@ -206,4 +210,7 @@ def status_main(argv: Sequence[str]) -> int:
         print(f"gpuslice status: GET /state answered HTTP {status}: {state}", file=sys.stderr)
         return 1
     print(json.dumps(state, indent=2) if args.json else _render(state))
+    if not state.get("ready", True):
+        print("gpuslice status: this replica is not ready: a standby (it keeps no ledger) or rebuilding; the "
+              "leader is the pod the Lease gpuslice-extender names", file=sys.stderr)
     return 0

@@ -35,6 +35,7 @@ class ClusterConfig:
     notice_interval_s: float = 10.0  # position-only updates of a waiting pod's condition, at most this often
     entitlements_configmap: str = "gpuslice-entitlements"
     webhook_path: str = "/mutate"
+    leader_label: str = ""  # set on the leader's own pod (named by the identity) once ready; empty: off
 
     def __post_init__(self) -> None:
         if not self.namespace or not self.lease_name:

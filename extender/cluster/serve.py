@@ -30,6 +30,7 @@ from extender.cluster.dra import ClaimResolver
 from extender.cluster.gate_controller import GateController
 from extender.cluster.kube import Kube
 from extender.cluster.leader import LeaderElector
+from extender.cluster.leader_label import LeaderLabel
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
@@ -105,11 +106,16 @@ class ClusterRuntime:
         self._lock = threading.Lock()
         self._term: _Term | None = None
         self._settled = False
+        self.label: LeaderLabel | None = None
+        if cluster.leader_label:
+            self.label = LeaderLabel(self.kube, cluster.namespace, cluster.who, cluster.leader_label)
 
     # ---- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Campaign for the Lease (or, without leader election, lead at once)."""
+        if self.label is not None:
+            self.label.release()  # a restarted container may find its previous process's label
         if self.elector is not None:
             self.elector.start()
         else:
@@ -172,6 +178,8 @@ class ClusterRuntime:
             term.gate.kick()
         log.info("gpuslice is ready: %d nodes, %d bound claims", len(self.state.ledger.nodes),
                  len(self.state.committed()))
+        while self.label is not None and not self.label.claim(term.stopped):
+            term.stopped.wait(1.0)  # unlabelled, the Service reaches no one: keep trying while we lead
 
     def _step_down(self) -> None:
         """End the term: not ready at once, parts stopped, ledger dropped."""
@@ -182,6 +190,8 @@ class ClusterRuntime:
             if term is None:
                 return
             term.stopped.set()
+        if self.label is not None:
+            self.label.release()
         term.gate.stop()
         term.reporter.stop()
         term.sync.stop()
