@@ -3,7 +3,7 @@
 Kubernetes 1.34 cannot express an 8/16/32 GiB share of one card in DRA (consumable capacity is
 alpha there), so the slice holds *token* devices: per healthy card, as many tokens of each
 product of its model as fit on a card (4 ``v100-25``, 2 ``v100-50``, 1 ``v100-100``), each with
-the attribute ``gpuslice.io/product``, which the DeviceClasses in ``deploy/deviceclasses.yaml``
+the attribute ``gpuslice.io/product``, which the DeviceClasses of ``deploy/chart`` (``templates/deviceclasses.yaml``)
 select. kube-scheduler's DynamicResources plugin only checks that a token is free; the extender's
 ledger decides the real card and writes the allocation record, which NodePrepareResources reads.
 A withdrawn card's tokens leave the slice, so the node offers less.

@@ -1,14 +1,17 @@
-"""gpuslice on the e2e control plane: the extender under gunicorn (mutual TLS), its webhook, its scheduler.
+"""gpuslice on the e2e control plane, installed from the rendered manifests (``deploy/manifests/``).
 
-Everything is real: the extender runs the very command of ``deploy/extender.yaml`` (``gpuslice serve
---cluster`` with its serving certificate, the client CA, ``--require-client-cert`` and the allowed
-client subject), only with loopback addresses and the test's certificate files, under its own
-client-certificate identity bound to the RBAC in ``deploy/rbac.yaml``; kube-apiserver calls its
-mutating webhook (``deploy/webhook.yaml``) over TLS; kube-scheduler runs with
-``deploy/scheduler-config-cluster.yaml``, presenting its client certificate (``tlsConfig``). There
-is no kubelet and no controller manager, so the tests stand in for them: nodes carry GFD labels,
-pods are deleted with grace period 0, and a DRA pod's ResourceClaim is created from its template by
-the test (what the resourceclaim controller would do).
+Everything is real: ``gpuslice certs`` makes the CA and both certificates in their Secrets and sets
+the webhook's caBundle, under the chart's RBAC for it; the extender runs the very command and
+environment of the rendered Deployment (``gpuslice serve --cluster`` with the serving certificate,
+the client CA, ``--require-client-cert``, the allowed client subject, the catalog, mode and policy),
+only with a loopback address and the Secrets' contents as files, under its own client-certificate
+identity bound to the rendered ClusterRole and Role; kube-apiserver calls its mutating webhook
+(rendered) over TLS and enforces the rendered admission policies; kube-scheduler runs with the
+rendered KubeSchedulerConfiguration, presenting its client certificate (``tlsConfig``). There is no
+kubelet and no controller manager, so the tests stand in for them: nodes carry GFD labels, pods are
+deleted with grace period 0, each extender replica's pod is a stand-in object (the leader labels
+it), and a DRA pod's ResourceClaim is created from its template by the test (what the
+resourceclaim controller would do).
 """
 
 from __future__ import annotations
@@ -27,20 +30,24 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from extender.certs.pki import KeyPair, issue, new_ca
+from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET
 from extender.cluster.kube import MERGE_PATCH, Kube, KubeError, q
 from extender.cluster.pending_writer import CONDITION
 from extender.cluster.webhook import GATE
 from packing.record import ANNOTATION, AllocationRecord, decode
 
+from . import manifests
 from .cluster import ControlPlane, free_port, tail, wait_for
+from .manifests import Resources
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = REPO_ROOT / "deploy"
 SYSTEM_NS = "gpuslice-system"
 SCHEDULER_NAME = "gpuslice-scheduler"
 EXTENDER_USER = "gpuslice-extender"
@@ -49,56 +56,27 @@ IMAGE = "registry.invalid/never-pulled:1"
 
 Obj = dict[str, Any]
 
-# where each kind lives in the API (the few kinds the deploy files and the tests use)
-_PATHS = {
-    ("v1", "Namespace"): "/api/v1/namespaces",
-    ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
-    ("v1", "ConfigMap"): "/api/v1/namespaces/{ns}/configmaps",
-    ("rbac.authorization.k8s.io/v1", "ClusterRole"): "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"): "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-    ("rbac.authorization.k8s.io/v1", "Role"): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"):
-        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
-    ("resource.k8s.io/v1", "DeviceClass"): "/apis/resource.k8s.io/v1/deviceclasses",
-    ("resource.k8s.io/v1", "ResourceSlice"): "/apis/resource.k8s.io/v1/resourceslices",
-    ("resource.k8s.io/v1", "ResourceClaimTemplate"): "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaimtemplates",
-    ("resource.k8s.io/v1", "ResourceClaim"): "/apis/resource.k8s.io/v1/namespaces/{ns}/resourceclaims",
-}
-
-
-def load_yaml(name: str) -> list[Obj]:
-    """The objects of a file in ``deploy/``."""
-    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
-
-
-def collection(obj: Mapping[str, Any]) -> str:
-    path = _PATHS[(obj["apiVersion"], obj["kind"])]
-    return path.format(ns=q((obj.get("metadata") or {}).get("namespace") or "default"))
-
-
 def apply(kube: Kube, obj: Obj) -> Obj:
-    """Create ``obj``, or replace it when it exists (tests re-run against one session's API server)."""
-    base = collection(obj)
-    try:
-        return kube.request("POST", base, obj)
-    except KubeError as e:
-        if e.status != 409:
-            raise
-    path = f"{base}/{q(obj['metadata']['name'])}"
-    current = kube.request("GET", path)
-    obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]}}
-    return kube.request("PUT", path, obj)
+    """Server-side apply of ``obj`` (tests re-run against one session's API server)."""
+    return manifests.apply(kube, resources(kube), obj)
 
 
-SCHEDULER_SUBJECT = "gpuslice-scheduler"  # the client subject deploy/extender.yaml allows
+_RESOURCES: dict[int, Resources] = {}
+
+
+def resources(kube: Kube) -> Resources:
+    """The discovery of ``kube``'s API server (one per client)."""
+    return _RESOURCES.setdefault(id(kube.api), Resources(kube))
+
+
+SCHEDULER_SUBJECT = "gpuslice-scheduler"  # the client subject the rendered extender Deployment allows
 
 
 @dataclass(frozen=True)
 class Tls:
-    """The e2e PKI: one CA, the extender's serving certificate, and client certificates (cert, key)."""
+    """The Secrets ``gpuslice certs`` made, as files; and two client certificates the tests present."""
 
-    ca: Path
+    ca: Path  # the trust bundle (ca.crt)
     cert: Path
     key: Path
     scheduler: tuple[Path, Path]  # CN=gpuslice-scheduler: what kube-scheduler presents
@@ -106,43 +84,54 @@ class Tls:
     foreign: tuple[Path, Path]  # CN=gpuslice-scheduler from another CA: fails the handshake
 
 
-def make_tls(directory: Path) -> Tls:
-    """A CA, a serving certificate for 127.0.0.1, and the client certificates the tests present."""
+def run_certs(kubeconfig: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``gpuslice certs`` as the operator runs it, against the e2e API server."""
+    argv = [sys.executable, "-m", "packing.cli", "certs", "--namespace", SYSTEM_NS, "--kubeconfig", str(kubeconfig),
+            *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+                          env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOME": str(home)})
+
+
+def secret_data(kube: Kube, name: str) -> dict[str, bytes]:
+    obj = kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NS}/secrets/{q(name)}")
+    return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+
+
+def tls_from_secrets(kube: Kube, directory: Path) -> Tls:
+    """The Secrets' contents as the files the pods mount; and the tests' other client certificates."""
     directory.mkdir(parents=True, exist_ok=True)
 
-    def openssl(*args: str) -> None:
-        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
-
-    def ca(name: str) -> None:
-        openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
-                "-days", "2", "-subj", f"/CN=gpuslice-e2e-{name}", "-addext", "basicConstraints=critical,CA:TRUE",
-                "-addext", "keyUsage=critical,keyCertSign,cRLSign,digitalSignature")
-
-    def leaf(name: str, subject: str, signer: str, usage: str, san: str = "") -> tuple[Path, Path]:
-        (directory / f"{name}.ext").write_text("basicConstraints=critical,CA:FALSE\nkeyUsage=critical,"
-                                               f"digitalSignature,keyEncipherment\nextendedKeyUsage={usage}\n"
-                                               + (f"subjectAltName={san}\n" if san else ""))
-        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                "-subj", subject)
-        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{signer}.crt", "-CAkey", f"{signer}.key",
-                "-CAcreateserial", "-days", "2", "-sha256", "-extfile", f"{name}.ext", "-out", f"{name}.crt")
+    def write(name: str, pair: KeyPair) -> tuple[Path, Path]:
+        (directory / f"{name}.crt").write_bytes(pair.cert)
+        (directory / f"{name}.key").write_bytes(pair.key)
         return directory / f"{name}.crt", directory / f"{name}.key"
 
-    ca("ca")
-    ca("other-ca")
-    cert, key = leaf("tls", "/CN=127.0.0.1", "ca", "serverAuth", "IP:127.0.0.1,DNS:localhost")
+    serving = secret_data(kube, SERVING_SECRET)
+    client = secret_data(kube, CLIENT_SECRET)
+    ca = secret_data(kube, CA_SECRET)
+    (directory / "ca.crt").write_bytes(serving["ca.crt"])
+    cert, key = write("tls", KeyPair(serving["tls.crt"], serving["tls.key"]))
+    now = datetime.now(UTC)
+    signer = KeyPair(ca["ca.crt"], ca["ca.key"])
     return Tls(directory / "ca.crt", cert, key,
-               scheduler=leaf("scheduler", f"/CN={SCHEDULER_SUBJECT}", "ca", "clientAuth"),
-               other=leaf("other", "/CN=someone-else", "ca", "clientAuth"),
-               foreign=leaf("foreign", f"/CN={SCHEDULER_SUBJECT}", "other-ca", "clientAuth"))
+               scheduler=write("scheduler", KeyPair(client["tls.crt"], client["tls.key"])),
+               other=write("other", issue(signer, "someone-else", server=False, days=2, now=now)),
+               foreign=write("foreign", issue(new_ca("other-ca", 2, now), SCHEDULER_SUBJECT, server=False,
+                                              days=2, now=now)))
 
 
-def extender_command(port: int, tls: Tls) -> list[str]:
-    """The extender's command from deploy/extender.yaml, with loopback addresses and the test's files."""
-    deployment = next(d for d in load_yaml("extender.yaml") if d["kind"] == "Deployment")
-    command = list(deployment["spec"]["template"]["spec"]["containers"][0]["command"])
+def extender_container() -> Obj:
+    """The extender's container in the rendered Deployment."""
+    deployment = manifests.find(manifests.rendered(), "Deployment", "gpuslice-extender")
+    container: Obj = deployment["spec"]["template"]["spec"]["containers"][0]
+    return container
+
+
+def extender_command(port: int, tls: Tls, catalog: Path) -> list[str]:
+    """The rendered Deployment's command, with a loopback address and the test's files."""
+    command = list(extender_container()["command"])
     files = {"/etc/gpuslice/tls/tls.crt": tls.cert, "/etc/gpuslice/tls/tls.key": tls.key,
-             "/etc/gpuslice/tls/ca.crt": tls.ca}
+             "/etc/gpuslice/tls/ca.crt": tls.ca, "/etc/gpuslice/catalog/catalog.toml": catalog}
     out = [sys.executable, "-m", "packing.cli"]
     words = iter(command[1:])
     for word in words:
@@ -154,6 +143,12 @@ def extender_command(port: int, tls: Tls) -> list[str]:
     return [*out, "--threads", "8"]
 
 
+def extender_env() -> dict[str, str]:
+    """The rendered Deployment's literal environment (GPUSLICE_*: the leader label, the log level)."""
+    return {e["name"]: e["value"] for e in extender_container().get("env") or []
+            if "value" in e and e["name"].startswith("GPUSLICE_") and not e["name"].startswith("GPUSLICE_STATUS_")}
+
+
 @dataclass
 class Extender:
     """One extender replica: gunicorn in its own session, ended by PID (SIGKILL for a crash)."""
@@ -162,6 +157,7 @@ class Extender:
     identity: str
     env: dict[str, str]
     tls: Tls
+    catalog: Path
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
@@ -171,9 +167,9 @@ class Extender:
         return f"https://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        # the command of deploy/extender.yaml; cluster settings come from GPUSLICE_* variables
-        argv = extender_command(self.port, self.tls)
-        env = {**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)}
+        # the rendered Deployment's command; cluster settings come from GPUSLICE_* variables
+        argv = extender_command(self.port, self.tls, self.catalog)
+        env = {**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT), "HOME": str(self.log_path.parent)}
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%H:%M:%S')} starting {self.identity} on {self.port}\n".encode())
             self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
@@ -259,6 +255,7 @@ class Gpuslice:
     kube: Kube
     tls: Tls
     kubeconfig: Path
+    catalog: Path
     extenders: list[Extender] = field(default_factory=list)
 
     @property
@@ -266,7 +263,11 @@ class Gpuslice:
         return self.extenders[0]
 
     def new_extender(self, identity: str, port: int | None = None, **settings: str) -> Extender:
+        """A replica (not started) with the rendered environment, and its stand-in pod (named by the
+        identity, as POD_NAME is in a cluster), on which it sets the leader label."""
+        stand_in_pod(self.kube, identity)
         env = {
+            **extender_env(),
             "GPUSLICE_KUBECONFIG": str(self.kubeconfig),
             "GPUSLICE_NAMESPACE": SYSTEM_NS,
             "GPUSLICE_IDENTITY": identity,
@@ -281,7 +282,7 @@ class Gpuslice:
         }
         env.update({f"GPUSLICE_{k.upper()}": v for k, v in settings.items()})
         port = port or free_port()
-        ext = Extender(port, identity, env, self.tls, self.work / f"extender-{identity}.log")
+        ext = Extender(port, identity, env, self.tls, self.catalog, self.work / f"extender-{identity}.log")
         self.extenders.append(ext)
         return ext
 
@@ -297,31 +298,74 @@ class Gpuslice:
             self.kube.request("DELETE", "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpuslice")
 
 
+CERTS_USER = "gpuslice-certs"  # the e2e identity of the chart's certificate Job
+
+
+def bound_to(obj: Obj, user: str) -> Obj:
+    """A rendered (Cluster)RoleBinding bound to an e2e client-certificate identity instead of its
+    ServiceAccount (the e2e API server has no token controller)."""
+    return {**obj, "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]}
+
+
+def stand_in_pod(kube: Kube, name: str) -> None:
+    """A pod object named like an extender replica's pod in the system namespace (it never runs)."""
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": SYSTEM_NS,
+                        "labels": {"app.kubernetes.io/name": "gpuslice-extender"}},
+           "spec": {"schedulerName": "stand-in-never-scheduled", "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "extender", "image": IMAGE}]}}
+    try:
+        kube.request("POST", f"/api/v1/namespaces/{SYSTEM_NS}/pods", pod)
+    except KubeError as e:
+        if e.status != 409:
+            raise
+
+
+def leader_labelled(kube: Kube) -> set[str]:
+    """Names of the system namespace's pods the extender Service selects (the leader label)."""
+    service = manifests.find(manifests.rendered(), "Service", "gpuslice-extender")
+    selector = ",".join(f"{k}={v}" for k, v in service["spec"]["selector"].items())
+    items = kube.request("GET", f"/api/v1/namespaces/{SYSTEM_NS}/pods", query={"labelSelector": selector})
+    return {p["metadata"]["name"] for p in items.get("items") or []}
+
+
+# what the e2e control plane installs as it is rendered (the rest: tests/e2e/test_deploy.py dry-runs it)
+INSTALLED_KINDS = ("Namespace", "ConfigMap", "ClusterRole", "Role", "DeviceClass", "ValidatingAdmissionPolicy",
+                   "ValidatingAdmissionPolicyBinding")
+BINDINGS = {"gpuslice-extender": EXTENDER_USER, "gpuslice-certs": CERTS_USER}
+
+
 def install(cp: ControlPlane, work: Path) -> Gpuslice:
-    """RBAC, DeviceClasses, TLS, one extender (started, ready), the webhook, and the scheduler."""
+    """The rendered manifests: namespace, catalog, RBAC, DeviceClasses, admission policies, webhook;
+    the certificates by ``gpuslice certs``; one extender (started, ready) and the scheduler."""
     kube = Kube(cp.api_client())
-    for obj in load_yaml("rbac.yaml"):
-        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
-            obj["subjects"] = [{"kind": "User", "name": EXTENDER_USER, "apiGroup": "rbac.authorization.k8s.io"}]
-        if obj["kind"] != "ServiceAccount":
+    objs = manifests.rendered()
+    for obj in objs:
+        if obj["kind"] in INSTALLED_KINDS and obj["metadata"].get("namespace") in (None, SYSTEM_NS):
             apply(kube, obj)
-    for obj in load_yaml("deviceclasses.yaml"):
-        apply(kube, obj)
-    tls = make_tls(work / "tls")
-    g = Gpuslice(cp, work, kube, tls, cp.user_kubeconfig(EXTENDER_USER))
-    ext = g.new_extender("e2e-replica-a")
+        elif obj["kind"] in ("ClusterRoleBinding", "RoleBinding") and obj["metadata"]["name"] in BINDINGS:
+            apply(kube, bound_to(obj, BINDINGS[obj["metadata"]["name"]]))
+    catalog = work / "catalog.toml"
+    catalog.write_text(manifests.find(objs, "ConfigMap", "gpuslice-catalog")["data"]["catalog.toml"])
+    port = free_port()
+    webhook = manifests.find(objs, "MutatingWebhookConfiguration", "gpuslice")
+    assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]  # gpuslice certs (or cert-manager) sets it
+    webhook["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
+    apply(kube, webhook)
+    certs = run_certs(cp.user_kubeconfig(CERTS_USER), "--san", "127.0.0.1", home=work)
+    assert certs.returncode == 0, f"gpuslice certs failed:\n{certs.stdout}\n{certs.stderr}"
+    tls = tls_from_secrets(kube, work / "tls")
+    g = Gpuslice(cp, work, kube, tls, cp.user_kubeconfig(EXTENDER_USER), catalog)
+    ext = g.new_extender("e2e-replica-a", port)
     ext.start()
     ext.wait_ready(90)
-    webhook = load_yaml("webhook.yaml")[0]
-    ca_bundle = base64.b64encode(tls.ca.read_bytes()).decode()
-    webhook["webhooks"][0]["clientConfig"] = {"url": f"{ext.url}/mutate", "caBundle": ca_bundle}
-    apply(kube, webhook)
-    config = load_yaml("scheduler-config-cluster.yaml")[0]
+    config = yaml.safe_load(manifests.find(objs, "ConfigMap", "gpuslice-scheduler-config")["data"]
+                            ["scheduler-config.yaml"])
     config["clientConnection"] = {"kubeconfig": str(cp.scheduler_kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     extender = config["extenders"][0]
     extender["urlPrefix"] = ext.url
-    # the file's tlsConfig, with the test's files: kube-scheduler presents its client certificate
+    # the rendered tlsConfig, with the test's files: kube-scheduler presents its client certificate
     files = {"caFile": tls.ca, "certFile": tls.scheduler[0], "keyFile": tls.scheduler[1]}
     assert set(extender["tlsConfig"]) == set(files), extender["tlsConfig"]
     extender["tlsConfig"] = {k: str(v) for k, v in files.items()}
@@ -389,7 +433,7 @@ def stand_in_claim_controller(kube: Kube, namespace: str, pod: Obj, template: Ob
                                           "controller": True, "blockOwnerDeletion": True}]},
         "spec": template["spec"]["spec"],
     }
-    kube.request("POST", collection(claim), claim)
+    kube.request("POST", f"/apis/resource.k8s.io/v1/namespaces/{q(namespace)}/resourceclaims", claim)
     kube.patch_pod_status(namespace, meta["name"], {"status": {"resourceClaimStatuses": [
         {"name": "gpu", "resourceClaimName": claim_name}]}}, MERGE_PATCH)
     return claim_name

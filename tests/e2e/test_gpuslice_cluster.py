@@ -366,18 +366,24 @@ def test_standby_takes_over_after_leader_crash(gs: h.Gpuslice, kube: Kube, nodes
         assert not standby.ready() and leader.ready()
         status, _ = standby.get("/readyz")
         assert status == 503
+        # the Service selects the leader's pod by its label; the standby serves (/healthz, Ready) unlabelled
+        assert standby.get("/healthz")[0] == 200
+        assert h.leader_labelled(kube) == {leader.identity}
         leader.kill()
         crashed = time.monotonic()
         standby.wait_ready(60)
         note("failover_ready_s", round(time.monotonic() - crashed, 2))
+        # a crashed leader cannot unlabel its pod: its replacement process does at start (here: below)
+        h.poll(lambda: standby.identity in h.leader_labelled(kube), 10, "the new leader to label its pod")
         expected = h.recount(h.pods(kube, ns))
         assert expected.items() <= h.ledger_view(standby.state()).items()
         assert len(expected) == 3
     finally:
-        standby.stop()  # a clean stop gives the Lease up: the first replica takes it back at once
+        standby.stop()  # a clean stop gives the Lease up and the label: the first replica takes both back
         gs.extenders.remove(standby)
         leader.start()
         leader.wait_ready(60)
+    h.poll(lambda: h.leader_labelled(kube) == {leader.identity}, 10, "the label back on the first replica only")
 
 
 # ---- mutual TLS: kube-scheduler presents its client certificate; a client without one is refused ------

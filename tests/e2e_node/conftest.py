@@ -4,9 +4,10 @@ Everything is real: etcd, kube-apiserver, kube-scheduler with the gpuslice exten
 (``tests/e2e/gpuslice_harness.py``), a kubelet on containerd + runc (``node.py``), and the node
 agent as a host process (``gpuslice agent --simulated-gpus``) on the kubelet's own sockets,
 authenticated by a ServiceAccount token bound to its pod, under the RBAC and admission policy of
-``deploy/agent-daemonset.yaml``. Only the GPUs are simulated (fixed UUIDs, pynvml's interface).
-The agent installs the in-container limiter built here by ``make interposer`` into its own
-``--limiter-dir``, as the DaemonSet's agent installs the one its image carries.
+the rendered ``deploy/manifests/gpuslice.yaml``. Only the GPUs are simulated (fixed UUIDs,
+pynvml's interface). The agent installs the in-container limiter built here by ``make interposer``
+into its own ``--limiter-dir``, as the DaemonSet's agent (``deploy/chart/templates/agent.yaml``)
+installs the one its image carries.
 """
 
 from __future__ import annotations
@@ -151,10 +152,10 @@ class Agent:
 
 
 def _apply_agent_rbac(kube: Kube) -> None:
-    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "agent-daemonset.yaml").read_text()) if d]
+    docs = [d for d in yaml.safe_load_all((REPO / "deploy" / "manifests" / "gpuslice.yaml").read_text()) if d]
     for obj in docs:
         path = AGENT_PATHS.get(obj["kind"])
-        if path is None:
+        if path is None or not obj["metadata"]["name"].startswith("gpuslice-agent"):
             continue
         base = path.format(ns=obj["metadata"].get("namespace", "default"))
         try:
