@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test e2e e2e-node bench fuzz lint typecheck check clean interposer
+.PHONY: demo test chart manifests image e2e e2e-node bench fuzz lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,7 +19,25 @@ demo: $(STAMP)
 
 ## test: the whole test suite but the end-to-end one (unit, property, wire, gunicorn)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests --ignore=tests/e2e --ignore=tests/e2e_node
+	$(BIN)/python -m pytest -q tests --ignore=tests/e2e --ignore=tests/e2e_node --ignore=tests/chart
+
+## chart: the Helm chart rendered under every values combination, validated against the Kubernetes
+## 1.34 OpenAPI schema (from the k8s.io/kubernetes module; helm built by deploy/e2e/build-helm.sh, cached)
+chart: $(STAMP)
+	$(BIN)/python -m pytest -q tests/chart
+
+## manifests: render deploy/chart into deploy/manifests/ (the plain manifests; make chart checks them)
+manifests: $(STAMP)
+	$(BIN)/python -m tests.chart.helm
+
+## image: the extender and agent images (deploy/images/*.Containerfile) with podman, docker or buildah
+IMAGE_TAG ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' deploy/chart/Chart.yaml)
+IMAGE_REGISTRY ?=
+BUILDER ?= $(shell command -v podman || command -v docker || command -v buildah)
+image:
+	@test -n "$(BUILDER)" || { echo "make image: no podman, docker or buildah on this machine (set BUILDER=...)"; exit 2; }
+	$(BUILDER) build -f deploy/images/extender.Containerfile -t $(IMAGE_REGISTRY)gpuslice-extender:$(IMAGE_TAG) .
+	$(BUILDER) build -f deploy/images/agent.Containerfile -t $(IMAGE_REGISTRY)gpuslice-agent:$(IMAGE_TAG) .
 
 ## e2e: real etcd + kube-apiserver + kube-scheduler, built from pinned sources (cached)
 e2e: $(STAMP)
