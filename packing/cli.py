@@ -15,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("extender.cli:main", "run the kube-scheduler extender (--standalone: no cluster needed)"),
     "status": ("extender.cli:status_main", "print a running extender's ledger and queue"),
     "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
+    "gates": ("extender.gates:main", "list (or --lift) the pods still held by gpuslice's scheduling gate"),
     "agent": ("enforcement.cli:main", "run the node agent (--simulate: against a simulated GPU)"),
     "simulate": ("simulations.cli:simulate_main", "replay a trace through the packer and the queue"),
     "plan": ("simulations.cli:plan_main", "find the smallest card count that meets a wait target"),

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET, Data, Options, Plan, PlanError, plan
-from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, q
+from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
 READERS = ("gpuslice-extender", "gpuslice-scheduler")  # Deployments that load the leaves at start
@@ -59,19 +59,6 @@ def _parser() -> argparse.ArgumentParser:
                     help="when a certificate changed, restart the extender and kube-scheduler Deployments "
                          "(rolling) so they load it")
     return ap
-
-
-def _api(kubeconfig: str) -> Kube:
-    from kubernetes import client
-    from kubernetes import config as kube_config
-
-    configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-    if kubeconfig or os.path.exists(path):
-        kube_config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return Kube(client.ApiClient(configuration))
 
 
 def _secret_path(namespace: str, name: str = "") -> str:
@@ -172,7 +159,7 @@ def main(argv: Sequence[str]) -> int:
     from kubernetes.config import ConfigException
 
     try:
-        kube = _api(args.kubeconfig)
+        kube = operator_kube(args.kubeconfig)
     except (ConfigException, OSError) as e:
         print(f"gpuslice certs: cannot reach the API: {e}", file=sys.stderr)
         return 1

@@ -11,12 +11,14 @@ message for any status outside 2xx.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
 from kubernetes import client
+from kubernetes import config as kube_config
 
 Obj = dict[str, Any]
 
@@ -141,6 +143,18 @@ class Kube:
 
     def get_claim(self, namespace: str, name: str) -> Obj | None:
         return self.get(f"/apis/resource.k8s.io/v1/namespaces/{q(namespace)}/resourceclaims/{q(name)}")
+
+
+def operator_kube(kubeconfig: str = "") -> Kube:
+    """A Kube for an operator's command: ``kubeconfig``, else $KUBECONFIG or ~/.kube/config when it
+    exists, else the pod's service account (a Job). ConfigException or OSError when none works."""
+    configuration = client.Configuration()
+    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
+    if kubeconfig or os.path.exists(path):
+        kube_config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    else:
+        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    return Kube(client.ApiClient(configuration))
 
 
 def pod_path(namespace: str, name: str) -> str:

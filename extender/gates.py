@@ -1,0 +1,98 @@
+"""``gpuslice gates``: the pods that still carry gpuslice's scheduling gate, listed or lifted.
+
+For an uninstall (README, "Uninstall"): once the webhook is gone no new pod is gated, but pods
+gated before wait ``SchedulingGated`` until gpuslice's queue lifts the gate, and after the extender
+is gone nothing would. ``gpuslice gates`` lists them (namespace, name, product, age, scheduler);
+``--lift`` removes the gate (a JSON patch that tests the gate is still where it was read, as the
+queue does), so kube-scheduler takes them at once, outside the queue's order and entitlements.
+A pod routed to the gpuslice scheduler (spec.schedulerName, immutable) still needs that scheduler:
+lift before removing it, or delete such pods and let their controllers recreate them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from extender.cluster.kube import JSON_PATCH, Kube, KubeError, operator_kube, parse_time, q
+from extender.cluster.webhook import GATE
+
+
+def gated(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
+    """The pods (of ``namespace``, or all) that carry the gate, oldest first."""
+    path = f"/api/v1/namespaces/{q(namespace)}/pods" if namespace else "/api/v1/pods"
+    items = kube.request("GET", path).get("items") or []
+    found = [p for p in items if any(g.get("name") == GATE for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+    return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
+
+
+def product_of(pod: Mapping[str, Any]) -> str:
+    """What the pod asks for, as far as its spec says (a claim is named, not resolved)."""
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        for name in ((c.get("resources") or {}).get("limits") or {}):
+            if name.startswith("gpuslice.io/"):
+                return name.removeprefix("gpuslice.io/")
+    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get("gpuslice.io/product")
+    if annotated:
+        return str(annotated)
+    claims = (pod.get("spec") or {}).get("resourceClaims") or []
+    return "claim " + ",".join(str(c.get("resourceClaimTemplateName") or c.get("resourceClaimName")) for c in claims) \
+        if claims else "-"
+
+
+def lift(kube: Kube, pod: Mapping[str, Any]) -> None:
+    """Remove the gate; KubeError when the pod changed meanwhile (409/422: read it again)."""
+    gates = pod["spec"]["schedulingGates"]
+    index = next(i for i, g in enumerate(gates) if g.get("name") == GATE)
+    ops = [{"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
+           {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+    meta = pod["metadata"]
+    kube.request("PATCH", f"/api/v1/namespaces/{q(meta['namespace'])}/pods/{q(meta['name'])}", ops,
+                 content_type=JSON_PATCH)
+
+
+def _age(pod: Mapping[str, Any], now: float) -> str:
+    seconds = max(0, int(now - parse_time(pod["metadata"].get("creationTimestamp"))))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def main(argv: Sequence[str]) -> int:
+    ap = argparse.ArgumentParser(prog="gpuslice gates", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    where = ap.add_mutually_exclusive_group()
+    where.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    ap.add_argument("--lift", action="store_true", help="remove the gate from each pod listed")
+    ap.add_argument("--kubeconfig", default="", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+    args = ap.parse_args(list(argv))
+    from kubernetes.config import ConfigException
+
+    try:
+        kube = operator_kube(args.kubeconfig)
+        pods = gated(kube, args.namespace)
+    except (ConfigException, OSError, KubeError) as e:
+        print(f"gpuslice gates: cannot list pods: {e}", file=sys.stderr)
+        return 1
+    now = datetime.now(UTC).timestamp()
+    print(f"{'NAMESPACE':<20} {'NAME':<40} {'ASKS FOR':<16} {'AGE':>8}  SCHEDULER")
+    for p in pods:
+        meta, spec = p["metadata"], p.get("spec") or {}
+        print(f"{meta['namespace']:<20} {meta['name']:<40} {product_of(p):<16} {_age(p, now):>8}  "
+              f"{spec.get('schedulerName') or 'default-scheduler'}")
+    failed = 0
+    if args.lift:
+        for p in pods:
+            try:
+                lift(kube, p)
+            except KubeError as e:
+                failed += 1
+                print(f"gpuslice gates: {p['metadata']['namespace']}/{p['metadata']['name']}: not lifted: {e}",
+                      file=sys.stderr)
+        print(f"lifted {len(pods) - failed} of {len(pods)} gates")
+    elif not pods:
+        print("no pod carries the gpuslice.io/queue gate")
+    return 1 if failed else 0
