@@ -34,7 +34,7 @@ def product_of(pod: Mapping[str, Any]) -> str:
     for c in (pod.get("spec") or {}).get("containers") or []:
         for name in ((c.get("resources") or {}).get("limits") or {}):
             if name.startswith("gpuslice.io/"):
-                return name.removeprefix("gpuslice.io/")
+                return str(name).removeprefix("gpuslice.io/")
     annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get("gpuslice.io/product")
     if annotated:
         return str(annotated)
