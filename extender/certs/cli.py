@@ -61,17 +61,12 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _secret_path(namespace: str, name: str = "") -> str:
-    base = f"/api/v1/namespaces/{q(namespace)}/secrets"
-    return f"{base}/{q(name)}" if name else base
-
-
 def _read(kube: Kube, namespace: str, names: Sequence[str]) -> tuple[dict[str, Data | None], dict[str, Any]]:
     """Each Secret's decoded data (None when absent), and the objects read (for their resourceVersion)."""
     data: dict[str, Data | None] = {}
     objects: dict[str, Any] = {}
     for name in names:
-        obj = kube.get(_secret_path(namespace, name))
+        obj = kube.get(f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}")
         objects[name] = obj
         data[name] = None if obj is None else {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
     return data, objects
@@ -86,14 +81,14 @@ def _write(kube: Kube, namespace: str, name: str, data: Data, current: dict[str,
         "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
     }
     if current is None:
-        kube.request("POST", _secret_path(namespace), body)
+        kube.request("POST", f"/api/v1/namespaces/{q(namespace)}/secrets", body)
         return
     if current.get("type") not in (None, body["type"]):
         raise KubeError(422, f"Secret {namespace}/{name} is of type {current['type']}, not {body['type']}: "
                              "delete it and run again")
     body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
     body["metadata"]["labels"] = {**(current["metadata"].get("labels") or {}), **body["metadata"]["labels"]}
-    kube.request("PUT", _secret_path(namespace, name), body)
+    kube.request("PUT", f"/api/v1/namespaces/{q(namespace)}/secrets/{q(name)}", body)
 
 
 def _set_ca_bundle(kube: Kube, webhook: str, bundle: bytes, wait_s: float) -> str:
