@@ -173,6 +173,7 @@ class Access:
     def __init__(self, config: ExtenderConfig) -> None:
         self.require_cert = config.require_client_cert
         self.allowed: tuple[Subject, ...] = tuple(parse_subject(s) for s in config.client_subjects)
+        self.metrics_only: tuple[Subject, ...] = tuple(parse_subject(s) for s in config.metrics_subjects)
 
     @staticmethod
     def loopback(environ: Mapping[str, Any]) -> bool:
@@ -185,10 +186,13 @@ class Access:
         held = set(subject)
         return not self.allowed or any(set(entry) <= held for entry in self.allowed)
 
-    def refusal(self, environ: Mapping[str, Any], operator: bool) -> str | None:
+    def refusal(self, environ: Mapping[str, Any], operator: bool, path: str = "") -> str | None:
         """Why this request may not go on (None: it may)."""
         subject: Subject | None = environ.get(CLIENT_SUBJECT)
         if subject is not None and not self.subject_ok(subject):
+            if any(set(entry) <= set(subject) for entry in self.metrics_only):
+                return None if path == "/metrics" else f"client certificate subject {_show(subject)} may read " \
+                    "/metrics only"
             return f"client certificate subject {_show(subject)} is not on this extender's allow-list"
         if operator and subject is None and not self.loopback(environ):
             return "this route answers only over loopback or to an allowed client certificate"
@@ -235,7 +239,7 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
         path = request.path
         operator = path in ("/state", "/metrics") or path.startswith("/admin/")
         if operator or path in verbs:
-            why = access.refusal(request.environ, operator)
+            why = access.refusal(request.environ, operator, path)
             if why is not None:
                 return _error(403, why)
         if request.method == "POST" and request.url_rule is not None and request.mimetype != JSON:

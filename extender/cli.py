@@ -75,6 +75,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--client-subject", action="append", default=[], metavar="SUBJECT",
                     help="allow only client certificates with this subject, e.g. CN=kube-scheduler or "
                          "/O=gpuslice/CN=kube-scheduler (repeatable)")
+    ap.add_argument("--metrics-subject", action="append", default=[], metavar="SUBJECT",
+                    help="also allow client certificates with this subject, for GET /metrics only (a Prometheus; "
+                         "repeatable)")
     return ap
 
 
@@ -90,7 +93,7 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         max_nodes=args.max_nodes, body_timeout_s=args.body_timeout, slow_request_s=args.slow_request,
         learn_nodes=args.learn_nodes, waiting_ttl_s=args.waiting_ttl, tls_cert=args.tls_cert, tls_key=args.tls_key,
         client_ca=args.client_ca, require_client_cert=args.require_client_cert,
-        client_subjects=tuple(args.client_subject),
+        client_subjects=tuple(args.client_subject), metrics_subjects=tuple(args.metrics_subject),
     )
 
 

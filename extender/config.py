@@ -73,6 +73,7 @@ class ExtenderConfig:
     client_ca: str = ""  # verify client certificates against this CA (a certificate it did not sign fails TLS)
     require_client_cert: bool = False  # the scheduler verbs need a verified client certificate
     client_subjects: tuple[str, ...] = ()  # allowed client subjects, e.g. CN=kube-scheduler (empty: any the CA signed)
+    metrics_subjects: tuple[str, ...] = ()  # client subjects that may read /metrics and nothing else (Prometheus)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -88,9 +89,9 @@ class ExtenderConfig:
             raise ConfigError("the TLS certificate and its key go together (--tls-cert, --tls-key)")
         if self.client_ca and not self.tls_cert:
             raise ConfigError("verifying client certificates (--client-ca) needs TLS (--tls-cert, --tls-key)")
-        if (self.require_client_cert or self.client_subjects) and not self.client_ca:
+        if (self.require_client_cert or self.client_subjects or self.metrics_subjects) and not self.client_ca:
             raise ConfigError("requiring client certificates or subjects needs the CA that signs them (--client-ca)")
-        for subject in self.client_subjects:
+        for subject in self.client_subjects + self.metrics_subjects:
             try:
                 parse_subject(subject)
             except ValueError as e:

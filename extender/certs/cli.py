@@ -20,7 +20,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET, Data, Options, Plan, PlanError, plan
+from extender.certs.plan import (
+    CA_SECRET,
+    CLIENT_SECRET,
+    METRICS_SECRET,
+    SERVING_SECRET,
+    Data,
+    Options,
+    Plan,
+    PlanError,
+    plan,
+)
 from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
@@ -31,9 +41,9 @@ TLS_TYPE = "kubernetes.io/tls"
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="gpuslice certs",
-        description="Make or renew the CA, the extender's serving certificate and kube-scheduler's client "
-                    "certificate in Secrets, and set the gpuslice webhook's caBundle. Safe to run again: what "
-                    "is valid is kept.",
+        description="Make or renew the CA, the extender's serving certificate, kube-scheduler's client "
+                    "certificate and Prometheus's (for /metrics only) in Secrets, and set the gpuslice "
+                    "webhook's caBundle. Safe to run again: what is valid is kept.",
     )
     ap.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "gpuslice-system",
                     help="the extender's namespace (default $POD_NAMESPACE, else gpuslice-system)")
@@ -131,7 +141,7 @@ def _restart(kube: Kube, namespace: str, now: datetime) -> list[str]:
 
 def run(kube: Kube, options: Options, *, webhook: str, wait_s: float, restart: bool, now: datetime) -> Plan:
     """One run against the API; the plan it carried out (KubeError / PlanError when it could not)."""
-    names = (CA_SECRET, SERVING_SECRET, CLIENT_SECRET)
+    names = (CA_SECRET, SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET)
     current, objects = _read(kube, options.namespace, names)
     decided = plan(current, options, now)
     for name in names:  # the CA first: a run cut short leaves a CA the next run reuses

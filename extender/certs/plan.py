@@ -7,7 +7,9 @@ Three Secrets in the extender's namespace:
 - ``gpuslice-extender-tls``: ``tls.crt``, ``tls.key`` (the serving certificate), ``ca.crt`` (the
   bundle); read by the extender, and by kube-scheduler (``ca.crt``);
 - ``gpuslice-scheduler-client-tls``: ``tls.crt``, ``tls.key`` (``CN=gpuslice-scheduler``), ``ca.crt``;
-  read by kube-scheduler.
+  read by kube-scheduler;
+- ``gpuslice-metrics-client-tls``: ``tls.crt``, ``tls.key`` (``CN=gpuslice-metrics``), ``ca.crt``; read
+  by Prometheus, to scrape the extender's ``/metrics`` (that subject may read nothing else).
 
 The webhook's ``caBundle`` is the bundle too. A run keeps what is valid and re-issues a leaf that is
 missing, unreadable, not from a trusted CA, for other names, or expiring within the renewal window.
@@ -28,6 +30,8 @@ CA_SECRET = "gpuslice-ca"
 SERVING_SECRET = "gpuslice-extender-tls"
 CLIENT_SECRET = "gpuslice-scheduler-client-tls"
 CLIENT_CN = "gpuslice-scheduler"  # the subject the extender's --client-subject allows
+METRICS_SECRET = "gpuslice-metrics-client-tls"
+METRICS_CN = "gpuslice-metrics"  # the subject the extender's --metrics-subject allows: /metrics only
 CA_CN = "gpuslice-ca"
 
 Data = dict[str, bytes]
@@ -77,7 +81,8 @@ class Plan:
 
     @property
     def leaves_changed(self) -> bool:
-        """Whether a reader of the leaf Secrets must restart to load them."""
+        """Whether the extender or kube-scheduler must restart to load their Secrets (Prometheus reads
+        its certificate at each scrape)."""
         return any(name in self.changed for name in (SERVING_SECRET, CLIENT_SECRET))
 
 
@@ -158,7 +163,7 @@ def plan(current: Mapping[str, Mapping[str, bytes] | None], options: Options, no
                            "restart, then run with --renew")
     trusted = [signing.cert] if previous is None else _trusted(ca_data, signing, previous, now)
     if options.drop_old_ca:
-        for name in (SERVING_SECRET, CLIENT_SECRET):
+        for name in (SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET):
             leaf = current.get(name) or {}
             if not signed_by(leaf.get("tls.crt", b""), signing.cert):
                 raise PlanError(f"{name} is not signed by the signing CA yet: run with --renew (and restart) "
@@ -173,7 +178,7 @@ def plan(current: Mapping[str, Mapping[str, bytes] | None], options: Options, no
     bundle = b"".join(trusted)
     secrets: dict[str, Data] = {CA_SECRET: {"ca.crt": signing.cert, "ca.key": signing.key, "bundle.crt": bundle}}
     leaves = ((SERVING_SECRET, f"{options.service}.{options.namespace}.svc", options.serving_names, True),
-              (CLIENT_SECRET, CLIENT_CN, (), False))
+              (CLIENT_SECRET, CLIENT_CN, (), False), (METRICS_SECRET, METRICS_CN, (), False))
     for name, cn, names, server in leaves:
         data = current.get(name)
         why = "--renew" if options.renew else _leaf_problem(data, trusted, cn, names, server, window, now)

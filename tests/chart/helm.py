@@ -25,7 +25,8 @@ NAMESPACE = "gpuslice-system"
 # the plain manifests: file -> the --set pairs of its render (and the one template it shows, if any)
 RENDERS: dict[str, tuple[tuple[str, ...], str]] = {
     "gpuslice.yaml": (("namespace.create=true",), ""),
-    "prometheusrule.yaml": (("monitoring.prometheusRule.enabled=true",), "templates/prometheusrule.yaml"),
+    "monitoring.yaml": (("monitoring.prometheusRule.enabled=true", "monitoring.podMonitor.enabled=true"),
+                        "templates/monitoring.yaml"),
 }
 HEADER = ("# Rendered from deploy/chart by `make manifests` (helm template gpuslice deploy/chart -n {ns} {sets}).\n"
           "# Do not edit: change the chart and render again; tests/chart/test_manifests.py fails on any difference.\n")

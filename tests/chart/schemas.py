@@ -30,7 +30,8 @@ CRDS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("deploy/crds/cert-manager.io_certificates.yaml", "deploy/crds/cert-manager.io_issuers.yaml",
       "deploy/crds/cert-manager.io_clusterissuers.yaml")),
     ("github.com/prometheus-operator/prometheus-operator", "v0.85.0",
-     ("example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",)),
+     ("example/prometheus-operator-crd/monitoring.coreos.com_prometheusrules.yaml",
+      "example/prometheus-operator-crd/monitoring.coreos.com_podmonitors.yaml")),
 )
 OBJECT_META = "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
 

@@ -48,7 +48,7 @@ def selectors(node: Any) -> set[str]:
 
 def rules(helm: Path) -> list[dict[str, Any]]:
     (rule,) = objects(template(helm, {"monitoring": {"prometheusRule": {"enabled": True}}},
-                               show_only="templates/prometheusrule.yaml"))
+                               show_only="templates/monitoring.yaml"))
     return [r for group in rule["spec"]["groups"] for r in group["rules"]]
 
 

@@ -135,6 +135,12 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
             "gpuslice-system/gpuslice-extender"
     assert ("Namespace" in kinds) == values["namespace"]["create"]
     assert ("PrometheusRule" in kinds) == values["monitoring"]["prometheusRule"]["enabled"]
+    assert ("PodMonitor" in kinds) == values["monitoring"]["podMonitor"]["enabled"]
+    metrics = [command[i + 1] for i, w in enumerate(command) if w == "--metrics-subject"]
+    assert metrics == ["CN=gpuslice-metrics"]  # the subject gpuslice certs and cert-manager issue for Prometheus
+    if values["tls"]["mode"] == "cert-manager":
+        certificates = {o["spec"]["secretName"]: o["spec"] for o in objs if o["kind"] == "Certificate"}
+        assert certificates["gpuslice-metrics-client-tls"]["commonName"] == "gpuslice-metrics"
     # images
     registry = values["images"]["registry"].rstrip("/")
     for name, obj in (("extender", extender), ("agent", None if "DaemonSet" not in kinds else

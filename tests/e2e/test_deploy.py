@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import yaml
 
+from extender.certs.plan import METRICS_SECRET
 from extender.cluster.kube import Kube, KubeError
 from tests.chart.helm import HelmUnavailable, helm_binary, objects, template
 from tests.chart.matrix import MATRIX
@@ -153,7 +154,7 @@ def test_every_object_of_every_render_applies_with_server_side_dry_run(
     assert len(objs) > 20
 
 
-@pytest.mark.parametrize("name", ["gpuslice.yaml", "prometheusrule.yaml"])
+@pytest.mark.parametrize("name", ["gpuslice.yaml", "monitoring.yaml"])
 def test_every_object_of_the_plain_manifests_applies_with_server_side_dry_run(
     gs: h.Gpuslice, crds: None, name: str
 ) -> None:
@@ -245,7 +246,7 @@ def run_cli(kubeconfig: Path, *args: str, env: dict[str, str] | None = None) -> 
 def test_gpuslice_certs_again_keeps_everything_and_renew_restarts_the_readers(gs: h.Gpuslice) -> None:
     kube = gs.kube
     certs_config = gs.cp.user_kubeconfig(h.CERTS_USER)
-    before = {n: h.secret_data(kube, n) for n in (h.CA_SECRET, h.SERVING_SECRET, h.CLIENT_SECRET)}
+    before = {n: h.secret_data(kube, n) for n in (h.CA_SECRET, h.SERVING_SECRET, h.CLIENT_SECRET, METRICS_SECRET)}
     again = h.run_certs(certs_config, "--san", "127.0.0.1", home=gs.work)
     assert again.returncode == 0, again.stderr
     assert "nothing changed" in again.stdout and "caBundle already current" in again.stdout, again.stdout
@@ -261,7 +262,7 @@ def test_gpuslice_certs_again_keeps_everything_and_renew_restarts_the_readers(gs
     assert renewed.returncode == 0, renewed.stderr
     after = {n: h.secret_data(kube, n) for n in before}
     assert after[h.CA_SECRET] == before[h.CA_SECRET]
-    for leaf in (h.SERVING_SECRET, h.CLIENT_SECRET):
+    for leaf in (h.SERVING_SECRET, h.CLIENT_SECRET, METRICS_SECRET):
         assert after[leaf]["tls.crt"] != before[leaf]["tls.crt"] and after[leaf]["ca.crt"] == before[leaf]["ca.crt"]
     for name in ("gpuslice-extender", "gpuslice-scheduler"):
         deployment = kube.request("GET", f"/apis/apps/v1/namespaces/{h.SYSTEM_NS}/deployments/{name}")
@@ -300,6 +301,26 @@ def test_gpuslice_status_reaches_the_tls_service_with_the_charts_secrets_and_set
     wrong = run_cli(gs.kubeconfig, "status", env={**settings, "GPUSLICE_STATUS_SERVER_NAME": "someone-else.svc",
                                                  "HOME": str(gs.work)})
     assert wrong.returncode == 1 and "certificate" in wrong.stderr.lower(), wrong.stderr
+
+
+def test_prometheus_certificate_reads_metrics_and_nothing_else(gs: h.Gpuslice, tmp_path: Path) -> None:
+    """The Secret gpuslice certs made for Prometheus, presented as the PodMonitor presents it."""
+    data = h.secret_data(gs.kube, METRICS_SECRET)
+    (tmp_path / "tls.crt").write_bytes(data["tls.crt"])
+    (tmp_path / "tls.key").write_bytes(data["tls.key"])
+    cert = (tmp_path / "tls.crt", tmp_path / "tls.key")
+    status, _ = gs.extender.call("GET", "/state", cert=cert)
+    assert status == 403
+    import ssl
+    import urllib.request
+
+    context = ssl.create_default_context(cafile=str(gs.tls.ca))
+    context.load_cert_chain(str(cert[0]), str(cert[1]))
+    with urllib.request.urlopen(gs.extender.url + "/metrics", timeout=5, context=context) as resp:
+        assert resp.status == 200 and b"gpuslice_leader" in resp.read()
+    status, reply = gs.extender.call("POST", "/filter", {"Pod": h.slice_pod("p", "v100-25"), "NodeNames": []},
+                                     cert=cert)
+    assert status == 403 and "may read /metrics only" in reply["error"], reply
 
 
 def test_gpuslice_gates_lists_and_lifts_the_queue_gate(gs: h.Gpuslice, ns: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from extender.certs.pki import KeyPair, inspect, issue, key_matches, new_ca, signed_by, split_bundle
-from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET, Options, PlanError, plan
+from extender.certs.plan import CA_SECRET, CLIENT_SECRET, METRICS_SECRET, SERVING_SECRET, Options, PlanError, plan
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 NS = "gpuslice-system"
@@ -30,7 +30,7 @@ def fresh(options: Options | None = None, now: datetime = NOW) -> dict[str, dict
 
 def test_a_first_run_makes_a_ca_and_both_leaves_signed_by_it() -> None:
     decided = plan({}, Options(NS), NOW)
-    assert set(decided.changed) == {CA_SECRET, SERVING_SECRET, CLIENT_SECRET}
+    assert set(decided.changed) == {CA_SECRET, SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET}
     ca = decided.secrets[CA_SECRET]
     assert inspect(ca["ca.crt"]).is_ca and key_matches(ca["ca.crt"], ca["ca.key"])
     assert decided.bundle == ca["bundle.crt"] == ca["ca.crt"]
@@ -40,7 +40,8 @@ def test_a_first_run_makes_a_ca_and_both_leaves_signed_by_it() -> None:
     assert set(info.dns_names) == {"gpuslice-extender", f"gpuslice-extender.{NS}", HOST, f"{HOST}.cluster.local"}
     assert not info.is_ca and info.not_after == NOW + timedelta(days=365)
     assert inspect(client["tls.crt"]).common_name == "gpuslice-scheduler"
-    for leaf in (serving, client):
+    assert inspect(decided.secrets[METRICS_SECRET]["tls.crt"]).common_name == "gpuslice-metrics"
+    for leaf in (serving, client, decided.secrets[METRICS_SECRET]):
         assert signed_by(leaf["tls.crt"], ca["ca.crt"]) and key_matches(leaf["tls.crt"], leaf["tls.key"])
         assert leaf["ca.crt"] == decided.bundle
     assert decided.leaves_changed
@@ -54,11 +55,11 @@ def test_a_second_run_changes_nothing() -> None:
 
 
 @pytest.mark.parametrize(("later", "renewed"),
-                         [(timedelta(days=300), ()), (timedelta(days=340), ("serving", "client"))])
+                         [(timedelta(days=300), ()), (timedelta(days=340), ("serving", "client", "metrics"))])
 def test_leaves_are_renewed_within_the_window_only(later: timedelta, renewed: tuple[str, ...]) -> None:
     current = fresh()
     decided = plan(current, Options(NS, renew_within_days=30), NOW + later)
-    names = {"serving": SERVING_SECRET, "client": CLIENT_SECRET}
+    names = {"serving": SERVING_SECRET, "client": CLIENT_SECRET, "metrics": METRICS_SECRET}
     assert set(decided.changed) == {names[n] for n in renewed}
     assert decided.secrets[CA_SECRET] == current[CA_SECRET]
     for n in renewed:
@@ -95,7 +96,7 @@ def test_ca_rotation_is_three_steps_and_every_step_keeps_every_peer_trusted() ->
     with pytest.raises(PlanError, match="--renew"):
         plan(step1.secrets, Options(NS, drop_old_ca=True), NOW)
     step2 = plan(step1.secrets, Options(NS, renew=True), NOW)
-    for leaf in (SERVING_SECRET, CLIENT_SECRET):
+    for leaf in (SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET):
         assert signed_by(step2.secrets[leaf]["tls.crt"], new_ca_pem)
     assert split_bundle(step2.bundle) == [new_ca_pem, old_ca]
     step3 = plan(step2.secrets, Options(NS, drop_old_ca=True), NOW)
@@ -117,7 +118,7 @@ def test_an_unreadable_ca_secret_is_replaced_and_the_leaves_with_it() -> None:
     current = fresh()
     current[CA_SECRET] = {"ca.crt": b"garbage", "ca.key": b"garbage"}
     decided = plan(current, Options(NS), NOW)
-    assert set(decided.changed) == {CA_SECRET, SERVING_SECRET, CLIENT_SECRET}
+    assert set(decided.changed) == {CA_SECRET, SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET}
 
 
 @pytest.mark.parametrize(("kwargs", "message"), [
