@@ -21,25 +21,14 @@ if [[ -x "${BIN}" ]]; then
   exit 0
 fi
 
-GO="${GO:-$(command -v go || true)}"
-if [[ -z "${GO}" && -x /usr/local/go/bin/go ]]; then
-  GO=/usr/local/go/bin/go
-fi
-if [[ -z "${GO}" ]]; then
-  log "go not found on PATH (nor /usr/local/go/bin/go); set GO=/path/to/go"
-  exit 1
-fi
-log "using $("${GO}" version)"
+# shellcheck source=deploy/e2e/toolchain.sh
+source "$(dirname "${BASH_SOURCE[0]}")/toolchain.sh"
+find_go
 mkdir -p "${CACHE_ROOT}"
 
-# Serialise concurrent builds (two test sessions starting together build once).
-if command -v flock >/dev/null 2>&1; then
-  exec 9>"${CACHE_ROOT}/.build.lock"
-  flock 9
-  if [[ -x "${BIN}" ]]; then
-    echo "${BIN}"
-    exit 0
-  fi
+if lock_cache "${CACHE_ROOT}" && [[ -x "${BIN}" ]]; then
+  echo "${BIN}"
+  exit 0
 fi
 
 WORK="$(mktemp -d "${CACHE_ROOT}/.build.XXXXXX")"
