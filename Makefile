@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chart manifests image e2e e2e-node bench fuzz lint typecheck check clean interposer
+.PHONY: demo test chart manifests image e2e e2e-node bench bench-e2e fuzz lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ fuzz: $(STAMP)
 ## bench: speed figures printed as ratios measured in one run (never asserted in tests)
 bench: $(STAMP)
 	$(BIN)/python -m tests.bench.run
+
+## bench-e2e: the real path (etcd, kube-apiserver, kube-scheduler, the extender) against plain kube-scheduler,
+## in one run (minutes; not in CI's pass/fail); BENCH_E2E_ARGS adds options (--rounds 3, --pods 1000, ...)
+bench-e2e: $(STAMP)
+	$(BIN)/python -m tests.bench.bench_e2e $(BENCH_E2E_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

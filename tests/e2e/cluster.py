@@ -333,6 +333,12 @@ class ControlPlane:
         self.stop_scheduler()
         self._run_scheduler(timeout)
 
+    def pid(self, name: str) -> int | None:
+        """The PID of a running component (``etcd``, ``kube-apiserver``, ``kube-scheduler``), else None."""
+        proc: _Process | None = {"etcd": self._etcd, "kube-apiserver": self._apiserver,
+                                 "kube-scheduler": self._scheduler}[name]
+        return proc.pid if proc is not None and proc.alive() else None
+
     @property
     def scheduler_running(self) -> bool:
         return self._scheduler is not None and self._scheduler.alive()

@@ -120,16 +120,16 @@ def tls_from_secrets(kube: Kube, directory: Path) -> Tls:
                                               days=2, now=now)))
 
 
-def extender_container() -> Obj:
-    """The extender's container in the rendered Deployment."""
-    deployment = manifests.find(manifests.rendered(), "Deployment", "gpuslice-extender")
+def extender_container(root: Path = REPO_ROOT) -> Obj:
+    """The extender's container in the rendered Deployment (of the source tree at ``root``)."""
+    deployment = manifests.find(manifests.rendered(root=root), "Deployment", "gpuslice-extender")
     container: Obj = deployment["spec"]["template"]["spec"]["containers"][0]
     return container
 
 
-def extender_command(port: int, tls: Tls, catalog: Path) -> list[str]:
+def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT) -> list[str]:
     """The rendered Deployment's command, with a loopback address and the test's files."""
-    command = list(extender_container()["command"])
+    command = list(extender_container(root)["command"])
     files = {"/etc/gpuslice/tls/tls.crt": tls.cert, "/etc/gpuslice/tls/tls.key": tls.key,
              "/etc/gpuslice/tls/ca.crt": tls.ca, "/etc/gpuslice/catalog/catalog.toml": catalog}
     out = [sys.executable, "-m", "packing.cli"]
@@ -161,6 +161,7 @@ class Extender:
     log_path: Path
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
+    root: Path = REPO_ROOT  # the source tree it runs (a benchmark compares two)
 
     @property
     def url(self) -> str:
@@ -168,11 +169,11 @@ class Extender:
 
     def start(self) -> None:
         # the rendered Deployment's command; cluster settings come from GPUSLICE_* variables
-        argv = extender_command(self.port, self.tls, self.catalog)
-        env = {**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT), "HOME": str(self.log_path.parent)}
+        argv = extender_command(self.port, self.tls, self.catalog, self.root)
+        env = {**os.environ, **self.env, "PYTHONPATH": str(self.root), "HOME": str(self.log_path.parent)}
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%H:%M:%S')} starting {self.identity} on {self.port}\n".encode())
-            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT,
+            self.process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                             start_new_session=True)
         self.started_at = time.monotonic()
 
@@ -335,9 +336,9 @@ INSTALLED_KINDS = ("Namespace", "ConfigMap", "ClusterRole", "Role", "DeviceClass
 BINDINGS = {"gpuslice-extender": EXTENDER_USER, "gpuslice-certs": CERTS_USER}
 
 
-def install(cp: ControlPlane, work: Path) -> Gpuslice:
-    """The rendered manifests: namespace, catalog, RBAC, DeviceClasses, admission policies, webhook;
-    the certificates by ``gpuslice certs``; one extender (started, ready) and the scheduler."""
+def prepare(cp: ControlPlane, work: Path, port: int) -> Gpuslice:
+    """The rendered manifests: namespace, catalog, RBAC, DeviceClasses, admission policies, the webhook
+    (pointed at an extender on ``port``); the certificates by ``gpuslice certs``. Nothing started."""
     kube = Kube(cp.api_client())
     objs = manifests.rendered()
     for obj in objs:
@@ -347,7 +348,6 @@ def install(cp: ControlPlane, work: Path) -> Gpuslice:
             apply(kube, bound_to(obj, BINDINGS[obj["metadata"]["name"]]))
     catalog = work / "catalog.toml"
     catalog.write_text(manifests.find(objs, "ConfigMap", "gpuslice-catalog")["data"]["catalog.toml"])
-    port = free_port()
     webhook = manifests.find(objs, "MutatingWebhookConfiguration", "gpuslice")
     assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]  # gpuslice certs (or cert-manager) sets it
     webhook["webhooks"][0]["clientConfig"] = {"url": f"https://127.0.0.1:{port}/mutate"}
@@ -355,23 +355,38 @@ def install(cp: ControlPlane, work: Path) -> Gpuslice:
     certs = run_certs(cp.user_kubeconfig(CERTS_USER), "--san", "127.0.0.1", home=work)
     assert certs.returncode == 0, f"gpuslice certs failed:\n{certs.stdout}\n{certs.stderr}"
     tls = tls_from_secrets(kube, work / "tls")
-    g = Gpuslice(cp, work, kube, tls, cp.user_kubeconfig(EXTENDER_USER), catalog)
-    ext = g.new_extender("e2e-replica-a", port)
-    ext.start()
-    ext.wait_ready(90)
+    return Gpuslice(cp, work, kube, tls, cp.user_kubeconfig(EXTENDER_USER), catalog)
+
+
+def scheduler_config(g: Gpuslice, ext: Extender, name: str = "gpuslice-scheduler.yaml") -> Path:
+    """The rendered KubeSchedulerConfiguration (of ``ext``'s source tree) with only its connection
+    details replaced (kubeconfig, leader election off, the extender's loopback URL, the test's TLS
+    files); its path."""
+    objs = manifests.rendered(root=ext.root)
     config = yaml.safe_load(manifests.find(objs, "ConfigMap", "gpuslice-scheduler-config")["data"]
                             ["scheduler-config.yaml"])
-    config["clientConnection"] = {"kubeconfig": str(cp.scheduler_kubeconfig)}
+    config["clientConnection"] = {**(config.get("clientConnection") or {}),
+                                  "kubeconfig": str(g.cp.scheduler_kubeconfig)}
     config["leaderElection"] = {"leaderElect": False}
     extender = config["extenders"][0]
     extender["urlPrefix"] = ext.url
     # the rendered tlsConfig, with the test's files: kube-scheduler presents its client certificate
-    files = {"caFile": tls.ca, "certFile": tls.scheduler[0], "keyFile": tls.scheduler[1]}
+    files = {"caFile": g.tls.ca, "certFile": g.tls.scheduler[0], "keyFile": g.tls.scheduler[1]}
     assert set(extender["tlsConfig"]) == set(files), extender["tlsConfig"]
     extender["tlsConfig"] = {k: str(v) for k, v in files.items()}
-    path = work / "gpuslice-scheduler.yaml"
+    path = g.work / name
     path.write_text(yaml.safe_dump(config))
-    cp.start_scheduler(path)
+    return path
+
+
+def install(cp: ControlPlane, work: Path) -> Gpuslice:
+    """:func:`prepare`, then one extender (started, ready) and the scheduler."""
+    port = free_port()
+    g = prepare(cp, work, port)
+    ext = g.new_extender("e2e-replica-a", port)
+    ext.start()
+    ext.wait_ready(90)
+    cp.start_scheduler(scheduler_config(g, ext))
     return g
 
 

@@ -19,9 +19,9 @@ APPLY_PATCH = "application/apply-patch+yaml"
 Obj = dict[str, Any]
 
 
-def rendered(name: str = "gpuslice.yaml") -> list[Obj]:
-    """The objects of one rendered manifest file, in its order."""
-    return [d for d in yaml.safe_load_all((MANIFESTS / name).read_text()) if d]
+def rendered(name: str = "gpuslice.yaml", root: Path = REPO_ROOT) -> list[Obj]:
+    """The objects of one rendered manifest file (of the source tree at ``root``), in its order."""
+    return [d for d in yaml.safe_load_all((root / "deploy" / "manifests" / name).read_text()) if d]
 
 
 def find(objects: Iterable[Obj], kind: str, name: str) -> Obj:
