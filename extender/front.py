@@ -11,7 +11,7 @@ and a coroutine, never a thread (measured in ``tests/bench/bench_extender.py``; 
 explained in ``extender/README.md``).
 
 Binds run on threads of their own (``bind_threads``): in a cluster a bind waits for the API server
-(the allocation record, then the Binding), and a slow API server must not keep filters and the
+(the Binding that carries the allocation record), and a slow API server must not keep filters and the
 admission webhook (which fails closed) waiting for a thread.
 
 Each request's environ also carries when its headers arrived, how long its body took and how long

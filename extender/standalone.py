@@ -34,7 +34,7 @@ class Bound:
 
 
 class MemoryBinder:
-    """Remembers binds in memory: the standalone stand-in for annotation + Binding."""
+    """Remembers binds in memory: the standalone stand-in for the Binding and its record."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -73,7 +73,7 @@ class Binder(Protocol):
     """How a decided bind reaches the cluster."""
 
     def bind(self, args: BindingArgs, record: AllocationRecord | None) -> None:
-        """Make the binding real (standalone: remember it; cluster: annotation + Binding). Raise on failure."""
+        """Make the binding real (standalone: remember it; cluster: the Binding with the record). Raise on failure."""
 
     def release(self, pod_uid: str) -> None:
         """The pod's allocation was released (standalone: forget it; cluster: nothing)."""

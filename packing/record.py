@@ -1,7 +1,7 @@
 """The allocation record: the contract between the extender and the node agent.
 
-The extender writes it on the pod (annotation ``gpuslice.io/allocation``) before it creates the
-Binding; the node agent reads it to hand the container its GPU and caps. The API server is the
+The extender writes it on the pod (annotation ``gpuslice.io/allocation``) with the Binding, in the
+update that sets the pod's node; the node agent reads it to hand the container its GPU and caps. The API server is the
 only state the two share, so the record is small, versioned and strict on decode.
 """
 

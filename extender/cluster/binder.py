@@ -1,12 +1,15 @@
-"""The cluster ``Binder``: write the allocation record on the pod, then create its Binding.
+"""The cluster ``Binder``: the pod's Binding, carrying the allocation record, in one API call.
 
-Order matters: the node agent reads the record when the kubelet starts the pod, so the record
-is on the pod before the pod is on the node. The annotation is written with optimistic
-concurrency (a merge patch carrying the ``resourceVersion`` just read: a concurrent writer makes
-it a 409, and we re-read and decide again). The Binding carries the pod's uid as a precondition,
-so a pod deleted and re-created under the same name is never bound by a stale decision. If the
-Binding fails, the record is taken off again (only if it is still ours and the pod still unbound).
-A pod already bound to this very node (with our record) is a success; bound elsewhere, an error.
+The node agent reads the record when the kubelet starts the pod, so the record must be on the pod
+no later than the pod is on its node. A Binding's annotations are merged into the pod by the same
+update that sets ``spec.nodeName`` (kube-apiserver's ``pods/binding``), so the record and the node
+land together or not at all: nothing to roll back, no read before the write, and no window in
+which a pod is bound without its record. The Binding carries the pod's uid as a precondition, so a
+pod deleted and re-created under the same name is never bound by a stale decision.
+
+Only when the Binding is refused is the pod read, to say why: already bound to this very node with
+our record is a success (a repeat, or a concurrent bind that got there first); bound elsewhere,
+re-created or gone is a ``BindError`` with the reason.
 """
 
 from __future__ import annotations
@@ -17,13 +20,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from extender.cluster.kube import Kube, KubeError
 from extender.state import BindError
 from extender.wire import BindingArgs
 from packing.record import ANNOTATION, AllocationRecord
 
 log = logging.getLogger(__name__)
-CONFLICT_RETRIES = 5
 
 
 def _annotation(pod: Mapping[str, Any]) -> str | None:
@@ -41,7 +43,7 @@ def _node(pod: Mapping[str, Any]) -> str:
 
 
 class ClusterBinder:
-    """Annotation (optimistic concurrency) + Binding through the API, rolled back on failure."""
+    """The Binding with the allocation record as its annotation: one API call per bind."""
 
     def __init__(self, kube: Kube, may_write: Callable[[], bool] = lambda: True) -> None:
         self.kube = kube
@@ -50,48 +52,28 @@ class ClusterBinder:
         self.recent: dict[str, float] = {}  # pod uid -> wall time of its successful bind (for the resync)
 
     def bind(self, args: BindingArgs, record: AllocationRecord | None) -> None:
-        """Make the bind real; BindError (with the API's reason) when it cannot, after rolling back."""
+        """Make the bind real; BindError (with the API's reason) when it cannot."""
         value = record.encode() if record is not None else None
-        wrote = False
-        for _ in range(CONFLICT_RETRIES):
-            pod = self._read(args)
-            node = _node(pod)
-            if node:
-                if node == args.node and (value is None or _annotation(pod) == value):
-                    self._done(args)
-                    return  # already bound to this node with our record: a repeat, not an error
-                raise BindError(f"pod {args.pod_key} is already bound to node {node}")
-            if value is None or _annotation(pod) == value:
-                break
-            self._check_leading(args)
-            body = {"metadata": {"resourceVersion": _meta(pod, "resourceVersion"), "annotations": {ANNOTATION: value}}}
-            try:
-                self.kube.patch_pod(args.pod_namespace, args.pod_name, body, MERGE_PATCH)
-                wrote = True
-                break
-            except KubeError as e:
-                if e.status == 409:
-                    continue  # someone changed the pod since we read it: read again, decide again
-                raise BindError(f"writing the allocation record failed: {e}") from None
-        else:
-            raise BindError(f"pod {args.pod_key} kept changing; gave up writing its allocation record")
-        try:
-            self._check_leading(args)
-            self.kube.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, args.node)
-        except (KubeError, BindError) as e:
-            if isinstance(e, KubeError) and e.status == 409 and self._bound_here(args):
-                self._done(args)
-                return  # a concurrent or repeated bind got there first, to this same node
-            if wrote and value is not None:
-                self._rollback(args, value)
-            if isinstance(e, BindError):
-                raise
-            raise BindError(f"creating the Binding failed: {e}") from None
-        self._done(args)
-
-    def _check_leading(self, args: BindingArgs) -> None:
         if not self.may_write():
             raise BindError(f"not binding {args.pod_key}: this replica no longer leads (its ledger is gone)")
+        try:
+            self.kube.bind_pod(args.pod_namespace, args.pod_name, args.pod_uid, args.node,
+                               {ANNOTATION: value} if value is not None else None)
+        except KubeError as e:
+            self._judge(args, value, e)  # returns only when the pod is bound here with our record
+        self._done(args)
+
+    def _judge(self, args: BindingArgs, value: str | None, error: KubeError) -> None:
+        """Why the Binding was refused (BindError), unless the pod is already bound here with our record."""
+        if error.status == 0:  # the API server was not reached: nothing to read either
+            raise BindError(f"creating the Binding failed: {error}")
+        pod = self._read(args)
+        node = _node(pod)
+        if node == args.node and (value is None or _annotation(pod) == value):
+            return  # a repeat, or a concurrent bind of the same decision that got there first
+        if node:
+            raise BindError(f"pod {args.pod_key} is already bound to node {node}")
+        raise BindError(f"creating the Binding failed: {error}")
 
     def release(self, pod_uid: str) -> None:
         """Nothing to undo in the API: the pod's deletion or completion is what freed it."""
@@ -120,30 +102,3 @@ class ClusterBinder:
         if args.pod_uid and _meta(pod, "uid") != args.pod_uid:
             raise BindError(f"pod {args.pod_key} was re-created (uid {_meta(pod, 'uid')}, not {args.pod_uid})")
         return pod
-
-    def _bound_here(self, args: BindingArgs) -> bool:
-        try:
-            pod = self._read(args)
-        except BindError:
-            return False
-        return _node(pod) == args.node
-
-    def _rollback(self, args: BindingArgs, value: str) -> None:
-        """Take our record off the still-unbound pod (harmless if it stays: the next bind overwrites it,
-        and nothing reads the record of an unbound pod)."""
-        for _ in range(CONFLICT_RETRIES):
-            try:
-                pod = self._read(args)
-            except BindError:
-                return
-            if _node(pod) or _annotation(pod) != value:
-                return
-            body = {"metadata": {"resourceVersion": _meta(pod, "resourceVersion"), "annotations": {ANNOTATION: None}}}
-            try:
-                self.kube.patch_pod(args.pod_namespace, args.pod_name, body, MERGE_PATCH)
-                return
-            except KubeError as e:
-                if e.status != 409:
-                    log.warning("rolling back the allocation record of %s failed: %s", args.pod_key, e)
-                    return
-        log.warning("rolling back the allocation record of %s: the pod kept changing", args.pod_key)

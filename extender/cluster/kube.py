@@ -125,12 +125,20 @@ class Kube:
     def patch_pod_status(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
         return self.request("PATCH", pod_path(namespace, name) + "/status", body, content_type=content_type)
 
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Create the pod's Binding; ``uid`` is a precondition (a re-created pod of that name fails)."""
+    def bind_pod(self, namespace: str, name: str, uid: str, node: str,
+                 annotations: Mapping[str, str] | None = None) -> None:
+        """Create the pod's Binding; ``uid`` is a precondition (a re-created pod of that name fails).
+
+        ``annotations`` are written on the pod in the same update that sets its node (kube-apiserver
+        merges a Binding's annotations into the pod's): both land, or neither does.
+        """
+        meta: Obj = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = dict(annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Binding",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "metadata": meta,
             "target": {"apiVersion": "v1", "kind": "Node", "name": node},
         }
         self.request("POST", pod_path(namespace, name) + "/binding", body)

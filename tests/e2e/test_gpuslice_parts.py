@@ -1,7 +1,6 @@
-"""The cluster parts against the real kube-apiserver: the binder's record + Binding, and the Lease.
+"""The cluster parts against the real kube-apiserver: the binder's Binding with its record, and the Lease.
 
-No extender process here: each part is driven directly, with failures injected only where the
-API server cannot be made to fail on demand (a Binding that fails after the record was written).
+No extender process here: each part is driven directly.
 """
 
 from __future__ import annotations
@@ -12,7 +11,7 @@ from typing import Any
 import pytest
 
 from extender.cluster.binder import ClusterBinder
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from extender.cluster.kube import MERGE_PATCH, Kube
 from extender.cluster.leader import LeaderElector
 from extender.state import BindError
 from extender.wire import BindingArgs
@@ -58,11 +57,29 @@ def args(pod: dict[str, Any], node: str) -> BindingArgs:
     return BindingArgs(meta["name"], meta["namespace"], meta["uid"], node)
 
 
-def test_bind_writes_the_record_then_the_binding(kube: Kube, ns: str, node: str) -> None:
+class Counting(Kube):
+    """Counts the API calls made through it."""
+
+    calls: list[str]
+
+    def request(self, method: str, path: str, body: Any = None, **kw: Any) -> dict[str, Any]:
+        self.calls.append(f"{method} {path}")
+        return super().request(method, path, body, **kw)
+
+
+def counting(kube: Kube) -> Counting:
+    c = Counting(kube.api)
+    c.calls = []
+    return c
+
+
+def test_bind_writes_the_record_with_the_binding_in_one_call(kube: Kube, ns: str, node: str) -> None:
     pod = plain_pod(kube, ns, "p")
     rec = record_for(pod, node)
-    binder = ClusterBinder(kube)
+    api = counting(kube)
+    binder = ClusterBinder(api)
     binder.bind(args(pod, node), rec)
+    assert api.calls == [f"POST /api/v1/namespaces/{ns}/pods/p/binding"]  # the record travels with it
     got = kube.get_pod(ns, "p")
     assert got is not None and got["spec"]["nodeName"] == node
     assert got["metadata"]["annotations"][ANNOTATION] == rec.encode()
@@ -70,6 +87,9 @@ def test_bind_writes_the_record_then_the_binding(kube: Kube, ns: str, node: str)
     assert binder.bound_since(pod["metadata"]["uid"]) is not None
     with pytest.raises(BindError, match="already bound to node"):
         binder.bind(args(pod, "another-node"), rec)
+    other = AllocationRecord(pod["metadata"]["uid"], node, (f"{node}/gpu-1",), "v100-25", 250, 8192)
+    with pytest.raises(BindError, match="already bound to node"):  # here, but not with this record
+        binder.bind(args(pod, node), other)
 
 
 def test_bind_without_record_binds_only(kube: Kube, ns: str, node: str) -> None:
@@ -80,39 +100,26 @@ def test_bind_without_record_binds_only(kube: Kube, ns: str, node: str) -> None:
     assert ANNOTATION not in (got["metadata"].get("annotations") or {})
 
 
-class FailingBinding(Kube):
-    def bind_pod(self, namespace: str, name: str, uid: str, node: str) -> None:
-        raise KubeError(500, "injected: the Binding failed")
-
-
-def test_failed_binding_rolls_the_record_back(kube: Kube, ns: str, node: str) -> None:
-    pod = plain_pod(kube, ns, "p")
-    with pytest.raises(BindError, match="injected"):
-        ClusterBinder(FailingBinding(kube.api)).bind(args(pod, node), record_for(pod, node))
-    got = kube.get_pod(ns, "p")
+def test_a_refused_binding_leaves_no_record(kube: Kube, ns: str, node: str) -> None:
+    doc = h.slice_pod("gated", "v100-25")
+    doc["spec"]["schedulerName"] = "nobody"
+    doc["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]  # kube-apiserver refuses to bind it
+    pod = h.create_pod(kube, ns, doc)
+    with pytest.raises(BindError, match="schedulingGates"):
+        ClusterBinder(kube).bind(args(pod, node), record_for(pod, node))
+    got = kube.get_pod(ns, "gated")
     assert got is not None and not got["spec"].get("nodeName")
-    assert ANNOTATION not in (got["metadata"].get("annotations") or {})
+    assert ANNOTATION not in (got["metadata"].get("annotations") or {})  # record and node: both or neither
 
 
-class RacingWriter(Kube):
-    """Another client changes the pod between our read and our write, once."""
-
-    raced = False
-
-    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> dict[str, Any]:
-        if not self.raced:
-            self.raced = True
-            super().patch_pod(namespace, name, {"metadata": {"labels": {"touched": "yes"}}}, MERGE_PATCH)
-        return super().patch_pod(namespace, name, body, content_type)
-
-
-def test_record_write_is_optimistic_and_retried(kube: Kube, ns: str, node: str) -> None:
+def test_another_writers_change_survives_the_bind(kube: Kube, ns: str, node: str) -> None:
     pod = plain_pod(kube, ns, "p")
-    racing = RacingWriter(kube.api)
-    ClusterBinder(racing).bind(args(pod, node), record_for(pod, node))
+    kube.patch_pod(ns, "p", {"metadata": {"labels": {"touched": "yes"}, "annotations": {"other": "x"}}},
+                   MERGE_PATCH)  # after the decision, before the bind
+    ClusterBinder(kube).bind(args(pod, node), record_for(pod, node))
     got = kube.get_pod(ns, "p")
-    assert racing.raced and got is not None and got["spec"]["nodeName"] == node
-    assert got["metadata"]["labels"]["touched"] == "yes"  # the other writer's change survived
+    assert got is not None and got["spec"]["nodeName"] == node
+    assert got["metadata"]["labels"]["touched"] == "yes" and got["metadata"]["annotations"]["other"] == "x"
     assert got["metadata"]["annotations"][ANNOTATION] == record_for(pod, node).encode()
 
 
