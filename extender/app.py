@@ -66,6 +66,11 @@ class Handlers:
     def _done(self, phases: Phases, status: int, doc: Any, who: str = "") -> tuple[int, bytes]:
         with phase("encode"):
             body = encode(doc)
+        self.record(phases, status, who)
+        return status, body
+
+    def record(self, phases: Phases, status: int, who: str = "") -> None:
+        """Count a finished request, observe its latency and phases, and log it when slow."""
         verb = phases.verb
         total = phases.total()
         self.metrics.latency.labels(verb).observe(total)
@@ -76,7 +81,6 @@ class Handlers:
             self.metrics.slow.labels(verb).inc()
             log.warning("slow %s%s: %.0f ms, HTTP %d (%s)", verb, f" of {who}" if who else "", total * 1000,
                         status, phases.describe())
-        return status, body
 
     def filter(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
         with measuring(phases or Phases("filter", time.perf_counter())) as p:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
@@ -86,6 +86,7 @@ class ExtenderMetrics:
         if gauges is not None:
             self.registry.register(_StateCollector(gauges))
         self.registry.register(_GC)
+        self.registry.register(CONNECTIONS)
 
     def exposition(self) -> bytes:
         """The text exposition format for ``GET /metrics``."""
@@ -137,6 +138,21 @@ class _GcPauses(Collector):
 
 
 _GC = _GcPauses()
+
+
+class _Connections(Collector):
+    """Client connections the server accepted (one TLS handshake each): a client that does not keep its
+    connections alive shows here as a count that grows with requests."""
+
+    def __init__(self) -> None:
+        self.accepted = 0  # bumped on the event loop only
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily("gpuslice_extender_connections", "Client connections accepted",
+                                  value=self.accepted)
+
+
+CONNECTIONS = _Connections()
 
 
 def watch_gc() -> None:

@@ -15,6 +15,7 @@ from gunicorn.workers import gasgi
 
 from extender.config import ExtenderConfig, Subject
 from extender.front import SUBJECT_EXTENSION, WsgiFront
+from extender.metrics import CONNECTIONS
 
 
 class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
@@ -22,6 +23,10 @@ class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
 
     _looked = False  # the peer certificate is read once per connection
     _subject: Subject | None = None
+
+    def connection_made(self, transport: Any) -> None:
+        CONNECTIONS.accepted += 1
+        super().connection_made(transport)
 
     def _build_http_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
         scope: dict[str, Any] = super()._build_http_scope(request, sockname, peername)

@@ -22,12 +22,12 @@ from flask import Flask, Response, request
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from extender.app import create_app, settle_heap
+from extender.app import Handlers, create_app, request_phases, settle_heap
 from extender.asks import ClaimUnavailable
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
-from extender.cluster.gate_controller import GateController
+from extender.cluster.gate_controller import LIFT_WORKERS, GateController
 from extender.cluster.kube import Kube
 from extender.cluster.leader import LeaderElector
 from extender.cluster.leader_label import LeaderLabel
@@ -40,6 +40,7 @@ from extender.cluster.webhook import handle as handle_review
 from extender.config import ConfigError, ExtenderConfig
 from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
+from extender.timing import measuring
 from extender.wire import BindingArgs, FilterResult, binding_result, encode
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord
@@ -49,17 +50,20 @@ JSON = "application/json"
 NOT_READY = "gpuslice is not ready (rebuilding its ledger from the API, or a standby replica)"
 
 
-API_CONNECTIONS = 32  # watches, gate lifts, the reporter and every gunicorn thread's bind share one pool
+# connections beyond the binds and the lifts: three watches, the reporter, leader election, the resync
+OTHER_API_CONNECTIONS = 8
 
 
-def api_client(kubeconfig: str) -> client.ApiClient:
-    """A client for ``kubeconfig``, or for the pod's service account when it is empty."""
+def api_client(kubeconfig: str, connections: int) -> client.ApiClient:
+    """A client for ``kubeconfig``, or for the pod's service account when it is empty, keeping up to
+    ``connections`` connections open: every thread that calls the API at once needs one, or the pool
+    opens (and then drops) a new one, a TLS handshake on both sides each time."""
     configuration = client.Configuration()
     if kubeconfig:
         kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
     else:
         kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = API_CONNECTIONS
+    configuration.connection_pool_maxsize = connections
     return client.ApiClient(configuration)
 
 
@@ -90,7 +94,8 @@ class ClusterRuntime:
         self.config = config
         self.cluster = cluster
         self.catalog = catalog or load_catalog(config.catalog or None)
-        self.kube = Kube(api if api is not None else api_client(cluster.kubeconfig))
+        connections = config.bind_threads + LIFT_WORKERS + OTHER_API_CONNECTIONS
+        self.kube = Kube(api if api is not None else api_client(cluster.kubeconfig, connections))
         self.binder = ClusterBinder(self.kube, may_write=lambda: self.state.ready)
         self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
         self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)
@@ -230,9 +235,13 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
             return Response(encode({"error": NOT_READY}), 503, mimetype=JSON)
         return None
 
+    handlers: Handlers = app.extensions["gpuslice"]
+
     def webhook() -> Response:
-        status, body = handle_review(request.get_data(cache=False), runtime.asks_for_slice,
-                                     cluster.scheduler_name or None, cluster.gate)
+        with measuring(request_phases("webhook", request.environ)) as phases:
+            status, body = handle_review(request.get_data(cache=False), runtime.asks_for_slice,
+                                         cluster.scheduler_name or None, cluster.gate)
+            handlers.record(phases, status)
         return Response(body, status, mimetype=JSON)
 
     app.add_url_rule(cluster.webhook_path, "webhook", webhook, methods=["POST"])

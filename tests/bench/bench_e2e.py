@@ -226,11 +226,12 @@ def total(samples: Samples, metric: str, **match: str) -> float:
     return sum(v for n, labels, v in samples if n == metric and all(labels.get(k) == w for k, w in match.items()))
 
 
-def by_label(samples: Samples, name: str, keys: Sequence[str]) -> Counter[tuple[str, ...]]:
-    out: Counter[tuple[str, ...]] = Counter()
+def by_label(samples: Samples, name: str, keys: Sequence[str]) -> dict[tuple[str, ...], float]:
+    out: dict[tuple[str, ...], float] = {}
     for n, labels, v in samples:
         if n == name:
-            out[tuple(labels.get(k, "") for k in keys)] += v
+            key = tuple(labels.get(k, "") for k in keys)
+            out[key] = out.get(key, 0.0) + v
     return out
 
 
@@ -384,7 +385,7 @@ class Bench:
         self.ext: h.Extender | None = None
         self.home = self.work / "home"  # gunicorn keeps per-user files under HOME: a private one
         self.home.mkdir()
-        self.sources = {"": REPO_ROOT, **({"base": Path(args.compare).resolve()} if args.compare else {})}
+        self.sources = {"": REPO_ROOT, **compared(args.compare)}
         probe = self.g.new_extender("bench", port=self.port)  # only for its URL and source tree
         self.g.extenders.clear()
         self.gpuslice_config: dict[str, Path] = {}
@@ -551,6 +552,10 @@ class Bench:
         algo_s = delta("scheduler_scheduling_algorithm_duration_seconds_sum", "scheduler")
         attempts = delta("scheduler_schedule_attempts_total", "scheduler")
         verbs: dict[str, tuple[float, float]] = {}
+        hooks = delta("apiserver_admission_webhook_admission_duration_seconds_count", name=WEBHOOK)
+        if hooks:
+            seconds = delta("apiserver_admission_webhook_admission_duration_seconds_sum", name=WEBHOOK)
+            verbs["webhook seen by kube-apiserver"] = (hooks / n, seconds / hooks * 1000)
         for verb in ("filter", "prioritize", "bind", "webhook"):
             calls = delta("gpuslice_extender_request_seconds_count", "extender", verb=verb)
             seconds = delta("gpuslice_extender_request_seconds_sum", "extender", verb=verb)
@@ -619,7 +624,11 @@ class Bench:
             seen = set(watch.bound)
             started = time.monotonic()
             self.api.call("DELETE", f"{path}/{victim}?gracePeriodSeconds=0")
-            got = watch.wait(lambda b, seen=seen: any(n in b and n not in seen for n in line), args.trial_timeout)
+
+            def freed_to_one(bound: dict[str, tuple[float, str]], seen: set[str] = seen) -> bool:
+                return any(n in bound and n not in seen for n in line)
+
+            got = watch.wait(freed_to_one, args.trial_timeout)
             if not got:
                 timeouts += 1
                 print(f"  ! {config} trial {trial}: no waiting pod bound within {args.trial_timeout:.0f} s", flush=True)
@@ -656,7 +665,7 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
     by: dict[str, list[Burst]] = {c: [b for b in bursts if b.config == c] for c in configs}
     print("\n== pods bound/s and create->bound (median over rounds [each round]) ==")
     print(f"{'path':<10} {'pods/s':<28} {'x plain (same round)':<28} {'p50 s':<24} {'p99 s':<24}")
-    plain = {b.round: b.rate for b in by["plain"]}
+    plain = {b.round: b.rate for b in by.get("plain", [])}
     for c in configs:
         bs = by[c]
         if not bs:
@@ -708,19 +717,20 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
         if conns:
             parts.append(f"connections accepted {med(conns):.0f} per burst")
         print(f"{c}: " + ", ".join(parts))
-    for mode in CONFIGS[1:]:
-        new, old = {b.round: b for b in by.get(mode, [])}, {b.round: b for b in by.get(f"{mode}@base", [])}
+    compared_runs = [tuple(c.split("@", 1)) for c in configs if "@" in c]
+    for mode, label in compared_runs:
+        new, old = {b.round: b for b in by.get(mode, [])}, {b.round: b for b in by.get(f"{mode}@{label}", [])}
         pairs = [(new[r], old[r]) for r in sorted(new) if r in old]
         if not pairs:
             continue
-        print(f"\n== {mode}: this tree against --compare's, same round (median [each round]) ==")
+        print(f"\n== {mode}: this tree against {label}'s, same round (median [each round]) ==")
         for what, get in (("pods/s", lambda x: x.rate), ("p50 s", lambda x: pct(x.latencies, 0.5)),
                           ("CPU total ms/pod", lambda x: x.cpu_ms["total"]),
                           ("extender ms/pod", lambda x: x.cpu_ms["extender"]),
                           ("kube-apiserver ms/pod", lambda x: x.cpu_ms["kube-apiserver"]),
                           ("requests/pod", lambda x: x.requests), ("algo ms/pod", lambda x: x.algorithm_ms)):
             ratios = [get(n) / get(o) if get(o) else float("nan") for n, o in pairs]
-            print(f"  {what:<22} this/base {span(ratios, '.2f')}")
+            print(f"  {what:<22} this/{label} {span(ratios, '.2f')}")
     if freed:
         print("\n== a freed slice -> the next pod bound ==")
         for f in freed:
@@ -732,15 +742,27 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
     print(f"\n({rounds} round(s); timing figures are noisy on a shared machine: the ratios are side by side)")
 
 
+def compared(specs: Sequence[str]) -> dict[str, Path]:
+    """``LABEL=DIR`` options as label -> source tree."""
+    out: dict[str, Path] = {}
+    for spec in specs:
+        label, sep, path = spec.partition("=")
+        if not sep or not label or "@" in label:
+            raise SystemExit(f"--compare takes LABEL=DIR, got {spec!r}")
+        out[label] = Path(path).resolve()
+    return out
+
+
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(prog="bench_e2e", description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--pods", type=int, default=2000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--configs", default="", help="comma-separated; default: all (with @base: --compare)")
-    parser.add_argument("--compare", default="", help="another source tree (e.g. a `git archive` of main): "
-                        "its extender and deploy/ run as deployed@base and nogate@base, side by side")
+    parser.add_argument("--configs", default="", help="comma-separated; default: all (and each --compare's)")
+    parser.add_argument("--compare", action="append", default=[], metavar="LABEL=DIR",
+                        help="another source tree (e.g. a `git archive` of main): its extender and deploy/ run as "
+                        "deployed@LABEL and nogate@LABEL, side by side (repeatable)")
     parser.add_argument("--clients", type=int, default=16, help="threads creating pods")
     parser.add_argument("--burst-timeout", type=float, default=180.0)
     parser.add_argument("--free-nodes", type=int, default=2)
@@ -751,7 +773,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--profile", default="", help="py-spy the extender's worker in each burst, into this dir")
     args = parser.parse_args(list(argv))
     configs = [c for c in args.configs.split(",") if c] or [
-        *CONFIGS, *([f"{c}@base" for c in CONFIGS[1:]] if args.compare else [])]
+        *CONFIGS, *(f"{c}@{label}" for label in compared(args.compare) for c in CONFIGS[1:])]
     started = time.monotonic()
     bench = Bench(args)
     bursts: list[Burst] = []
