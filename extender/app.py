@@ -25,7 +25,7 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from flask import Flask, Response, request
@@ -62,6 +62,8 @@ class Handlers:
         self.state = state
         self.metrics = metrics
         self.config = config or ExtenderConfig()
+        # verb -> the answer while this extender may not decide (cluster: rebuilding, or a standby); None: serve
+        self.unready: Callable[[str], tuple[int, Any] | None] = lambda verb: None
 
     def _done(self, phases: Phases, status: int, doc: Any, who: str = "") -> tuple[int, bytes]:
         with phase("encode"):
@@ -84,6 +86,9 @@ class Handlers:
 
     def filter(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
         with measuring(phases or Phases("filter", time.perf_counter())) as p:
+            refused = self.unready("filter")
+            if refused is not None:
+                return self._done(p, *refused)
             try:
                 with phase("parse"):
                     args = parse_extender_args(decode_body(body), self.config.max_nodes)
@@ -106,6 +111,9 @@ class Handlers:
 
     def prioritize(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
         with measuring(phases or Phases("prioritize", time.perf_counter())) as p:
+            refused = self.unready("prioritize")
+            if refused is not None:
+                return self._done(p, *refused)
             try:
                 with phase("parse"):
                     args = parse_extender_args(decode_body(body), self.config.max_nodes)
@@ -123,6 +131,9 @@ class Handlers:
 
     def bind(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
         with measuring(phases or Phases("bind", time.perf_counter())) as p:
+            refused = self.unready("bind")
+            if refused is not None:
+                return self._done(p, *refused)
             try:
                 with phase("parse"):
                     args = parse_binding_args(decode_body(body))
@@ -205,6 +216,43 @@ class Access:
         return None
 
 
+Answer = tuple[int, bytes]  # HTTP status, JSON body
+Handler = Callable[[bytes, Phases], Answer]
+
+
+class HotRoutes:
+    """The POST routes of every pod (the scheduler verbs, the admission webhook), served by the server
+    front (``extender.front``) straight from the body bytes, without building a WSGI request or passing
+    through Flask; the Flask app's views for the same paths call the same ``serve``, so both ways
+    apply the same rules (who may ask, ``application/json`` only) and give the same answers."""
+
+    def __init__(self, app: Flask, access: Access) -> None:
+        self.app = app
+        self.access = access
+        self.routes: dict[str, tuple[str, Handler, bool]] = {}  # path -> (verb, handler, who-may-ask applies)
+
+    def mount(self, path: str, verb: str, handler: Handler, checked: bool = True) -> None:
+        """Serve ``POST path`` with ``handler``; ``checked``: only clients ``Access`` lets ask the verbs."""
+        self.routes[path] = (verb, handler, checked)
+        self.app.add_url_rule(path, verb, lambda: _reply(*self.serve(
+            path, request.content_type or "", request.get_data(cache=False), request.environ)), methods=["POST"])
+
+    def __contains__(self, path: object) -> bool:
+        return path in self.routes
+
+    def serve(self, path: str, content_type: str, body: bytes, environ: Mapping[str, Any]) -> Answer:
+        """One request to a mounted path (``environ``: at least ``REMOTE_ADDR``, and what the front adds)."""
+        verb, handler, checked = self.routes[path]
+        if checked:
+            why = self.access.refusal(environ, False)
+            if why is not None:
+                return 403, encode({"error": why})
+        mimetype = content_type.split(";", 1)[0].strip().lower()
+        if mimetype != JSON:
+            return 415, encode({"error": f"POST {path} takes {JSON}, not {mimetype or 'a body without a type'}"})
+        return handler(body, request_phases(verb, environ))
+
+
 def _show(subject: Subject) -> str:
     short = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU"}
     return "/" + "/".join(f"{short.get(k, k)}={v}" for k, v in subject)
@@ -220,27 +268,22 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
     app = Flask("gpuslice-extender")
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
     app.extensions["gpuslice"] = handlers
+    hot = HotRoutes(app, access)
+    app.extensions["gpuslice-hot"] = hot
     verbs = {config.verb_path(config.filter_verb), config.verb_path(config.prioritize_verb),
              config.verb_path(config.bind_verb)}
-
-    def body() -> bytes:
-        return request.get_data(cache=False)
-
-    def serve(verb: str, handler: Any) -> Response:
-        return _reply(*handler(body(), request_phases(verb, request.environ)))
-
-    app.add_url_rule(config.verb_path(config.filter_verb), "filter",
-                     lambda: serve("filter", handlers.filter), methods=["POST"])
-    app.add_url_rule(config.verb_path(config.prioritize_verb), "prioritize",
-                     lambda: serve("prioritize", handlers.prioritize), methods=["POST"])
-    app.add_url_rule(config.verb_path(config.bind_verb), "bind",
-                     lambda: serve("bind", handlers.bind), methods=["POST"])
+    hot.mount(config.verb_path(config.filter_verb), "filter", handlers.filter)
+    hot.mount(config.verb_path(config.prioritize_verb), "prioritize", handlers.prioritize)
+    hot.mount(config.verb_path(config.bind_verb), "bind", handlers.bind)
     if config.admin_enabled:
-        app.add_url_rule("/admin/release", "release", lambda: serve("release", handlers.release), methods=["POST"])
+        app.add_url_rule("/admin/release", "release", lambda: _reply(*handlers.release(
+            request.get_data(cache=False), request_phases("release", request.environ))), methods=["POST"])
 
     @app.before_request
     def guard() -> Response | None:
         path = request.path
+        if request.method == "POST" and path in hot:
+            return None  # HotRoutes.serve applies the same rules
         operator = path in ("/state", "/metrics") or path.startswith("/admin/")
         if operator or path in verbs:
             why = access.refusal(request.environ, operator, path)

@@ -10,6 +10,10 @@ Flask app. A stalled client, or a connection a client opened and has not used ye
 and a coroutine, never a thread (measured in ``tests/bench/bench_extender.py``; the choice is
 explained in ``extender/README.md``).
 
+The POST routes every pod goes through (``extender.app.HotRoutes``: filter, prioritize, bind, the
+admission webhook) are answered from the body bytes by the same function the Flask views call,
+without a WSGI environ or Flask's request machinery; every other route goes through the WSGI app.
+
 Binds run on threads of their own (``bind_threads``): in a cluster a bind waits for the API server
 (the Binding that carries the allocation record), and a slow API server must not keep filters and the
 admission webhook (which fails closed) waiting for a thread.
@@ -31,7 +35,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.app import CLIENT_SUBJECT, FRONT_PHASES, STARTED
+from extender.app import CLIENT_SUBJECT, FRONT_PHASES, STARTED, HotRoutes
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +51,9 @@ class WsgiFront:
     """ASGI in, WSGI behind: whole requests only reach the threads."""
 
     def __init__(self, app: Wsgi, threads: int, max_body_bytes: int, body_timeout_s: float,
-                 bind_path: str = "/bind", bind_threads: int = 32) -> None:
+                 bind_path: str = "/bind", bind_threads: int = 32, hot: HotRoutes | None = None) -> None:
         self.app = app
+        self.hot = hot  # POST routes answered from the body bytes, without WSGI or Flask
         self.max_body_bytes = max_body_bytes
         self.body_timeout_s = body_timeout_s
         self.bind_path = bind_path
@@ -74,8 +79,13 @@ class WsgiFront:
         read = time.perf_counter() - started
         loop = asyncio.get_running_loop()
         pool = self.bind_pool if scope["path"] == self.bind_path else self.pool
-        status, headers, reply = await loop.run_in_executor(
-            pool, self._run, scope, body, started, read, time.perf_counter())
+        if self.hot is not None and scope["method"] == "POST" and scope["path"] in self.hot:
+            status, reply = await loop.run_in_executor(
+                pool, self._run_hot, scope, body, started, read, time.perf_counter())
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(reply)).encode())]
+        else:
+            status, headers, reply = await loop.run_in_executor(
+                pool, self._run, scope, body, started, read, time.perf_counter())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": reply})
 
@@ -117,6 +127,22 @@ class WsgiFront:
                     dropped += len(message.get("body", b""))
         except TimeoutError:
             return
+
+    def _run_hot(self, scope: Scope, body: bytes, started: float, read: float, handed: float) -> tuple[int, bytes]:
+        """Answer a hot route (in a worker thread): the same ``HotRoutes.serve`` the Flask view calls."""
+        assert self.hot is not None
+        client = scope.get("client") or ("", 0)
+        environ: dict[str, Any] = {"REMOTE_ADDR": str(client[0]), STARTED: started,
+                                   FRONT_PHASES: {"read": read, "queued": time.perf_counter() - handed}}
+        subject = (scope.get("extensions") or {}).get(SUBJECT_EXTENSION)
+        if subject is not None:
+            environ[CLIENT_SUBJECT] = subject
+        content_type = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"content-type"), "")
+        try:
+            return self.hot.serve(scope["path"], content_type, body, environ)
+        except Exception as e:  # as Flask answers an unhandled error: a JSON 500, the server stays up
+            log.exception("%s %s failed", scope["method"], scope["path"])
+            return 500, json.dumps({"error": f"Internal Server Error: {e}"}).encode()
 
     def _run(self, scope: Scope, body: bytes, started: float, read: float,
              handed: float) -> tuple[int, list[tuple[bytes, bytes]], bytes]:

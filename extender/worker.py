@@ -55,5 +55,7 @@ class ExtenderWorker(gasgi.ASGIWorker):  # type: ignore[misc]
 
     def load_wsgi(self) -> None:
         config = ExtenderConfig.from_env()
-        self.asgi = WsgiFront(self.app.wsgi(), config.threads, config.max_body_bytes, config.body_timeout_s,
-                              config.verb_path(config.bind_verb), config.bind_threads)
+        app = self.app.wsgi()
+        hot = app.extensions.get("gpuslice-hot") if hasattr(app, "extensions") else None
+        self.asgi = WsgiFront(app, config.threads, config.max_body_bytes, config.body_timeout_s,
+                              config.verb_path(config.bind_verb), config.bind_threads, hot)

@@ -17,12 +17,13 @@ import atexit
 import logging
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from extender.app import Handlers, create_app, request_phases, settle_heap
+from extender.app import Handlers, HotRoutes, create_app, settle_heap
 from extender.asks import ClaimUnavailable
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
@@ -40,8 +41,8 @@ from extender.cluster.webhook import handle as handle_review
 from extender.config import ConfigError, ExtenderConfig
 from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
-from extender.timing import measuring
-from extender.wire import BindingArgs, FilterResult, binding_result, encode
+from extender.timing import Phases, measuring
+from extender.wire import BindingArgs, FilterResult, binding_result
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord
 
@@ -219,32 +220,27 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
     runtime = runtime or ClusterRuntime(config, cluster)
     app = create_app(runtime.state.core, config, runtime.extender_metrics)
     app.extensions["gpuslice-cluster"] = runtime
-    filter_path = config.verb_path(config.filter_verb)
-    bind_path = config.verb_path(config.bind_verb)
-    prioritize_path = config.verb_path(config.prioritize_verb)
-
-    @app.before_request
-    def refuse_while_not_ready() -> Response | None:
-        if runtime.state.ready or request.method != "POST":
-            return None
-        if request.path == filter_path:
-            return Response(encode(FilterResult(error=NOT_READY).to_wire()), 200, mimetype=JSON)
-        if request.path == bind_path:
-            return Response(encode(binding_result(NOT_READY)), 200, mimetype=JSON)
-        if request.path == prioritize_path:
-            return Response(encode({"error": NOT_READY}), 503, mimetype=JSON)
-        return None
-
     handlers: Handlers = app.extensions["gpuslice"]
+    hot: HotRoutes = app.extensions["gpuslice-hot"]
 
-    def webhook() -> Response:
-        with measuring(request_phases("webhook", request.environ)) as phases:
-            status, body = handle_review(request.get_data(cache=False), runtime.asks_for_slice,
-                                         cluster.scheduler_name or None, cluster.gate)
+    def unready(verb: str) -> tuple[int, Any] | None:
+        if runtime.state.ready:
+            return None
+        if verb == "filter":
+            return 200, FilterResult(error=NOT_READY).to_wire()
+        if verb == "bind":
+            return 200, binding_result(NOT_READY)
+        return 503, {"error": NOT_READY}
+
+    handlers.unready = unready
+
+    def webhook(body: bytes, phases: Phases) -> tuple[int, bytes]:
+        with measuring(phases):
+            status, reply = handle_review(body, runtime.asks_for_slice, cluster.scheduler_name or None, cluster.gate)
             handlers.record(phases, status)
-        return Response(body, status, mimetype=JSON)
+        return status, reply
 
-    app.add_url_rule(cluster.webhook_path, "webhook", webhook, methods=["POST"])
+    hot.mount(cluster.webhook_path, "webhook", webhook, checked=False)  # the API server presents no certificate
     if start:
         runtime.start()
         atexit.register(runtime.stop)  # a clean worker exit gives the Lease up: the standby need not wait

@@ -2,8 +2,9 @@
 
 Whole requests only reach the threads: a body over the limit is refused before the app runs (413,
 chunked or not), a body that does not arrive in time gets 408, and binds run on threads of their own,
-so a bind waiting for the API server never keeps a filter waiting for a thread. The real worker and
-real sockets are in ``tests/integration/test_gunicorn_extender.py``.
+so a bind waiting for the API server never keeps a filter waiting for a thread. The hot routes
+(answered without WSGI or Flask) answer exactly as the Flask views do. The real worker and real
+sockets are in ``tests/integration/test_gunicorn_extender.py``.
 """
 
 from __future__ import annotations
@@ -57,10 +58,11 @@ async def call(front: WsgiFront, sc: dict[str, Any], chunks: Iterable[bytes], st
     return {"status": start["status"], "doc": json.loads(body) if body else None}
 
 
-def front_for(state: ExtenderState, **kw: Any) -> WsgiFront:
-    config = ExtenderConfig(standalone=True, nodes=2, gpus_per_node=2)
-    return WsgiFront(create_app(state, config).wsgi_app, kw.pop("threads", 2), kw.pop("max_body", 4096),
-                     kw.pop("timeout", 5.0), **kw)
+def front_for(state: ExtenderState, hot: bool = True, config: ExtenderConfig | None = None, **kw: Any) -> WsgiFront:
+    """The front as the worker builds it (``hot``: with the app's hot routes; else every request through WSGI)."""
+    app = create_app(state, config or ExtenderConfig(standalone=True, nodes=2, gpus_per_node=2))
+    return WsgiFront(app.wsgi_app, kw.pop("threads", 2), kw.pop("max_body", 4096), kw.pop("timeout", 5.0),
+                     hot=app.extensions["gpuslice-hot"] if hot else None, **kw)
 
 
 def test_whole_requests_reach_the_app_and_oversize_or_slow_ones_do_not() -> None:
@@ -146,3 +148,49 @@ def test_binds_waiting_for_the_api_server_never_keep_a_filter_from_a_thread() ->
     answered, bound = asyncio.run(run())
     assert answered["status"] == 200 and answered["doc"]["NodeNames"] == ["node-0"]
     assert [b["doc"] for b in bound] == [{"Error": ""}] * 6
+
+
+def test_hot_routes_answer_exactly_as_the_flask_views_do() -> None:
+    """The same requests through the hot path and through WSGI + Flask: the same status, body and ledger."""
+    config = ExtenderConfig(standalone=True, nodes=2, gpus_per_node=2, tls_cert="c", tls_key="k", client_ca="ca",
+                            require_client_cert=True, client_subjects=("CN=kube-scheduler",))
+    subject = {"gpuslice.client_subject": (("commonName", "kube-scheduler"),)}
+    stranger = {"gpuslice.client_subject": (("commonName", "someone-else"),)}
+    good = json.dumps(filter_args(pod("p", "v100-25"), NAMES)).encode()
+    requests: list[tuple[str, bytes, bytes, dict[str, Any]]] = [
+        ("/filter", b"application/json", good, subject),
+        ("/filter", b"application/json; charset=utf-8", good, subject),  # the same pod again: its reservation
+        ("/filter", b"application/json", good, {}),  # no certificate: 403
+        ("/filter", b"application/json", good, stranger),  # not on the allow-list: 403
+        ("/filter", b"text/plain", good, subject),  # 415
+        ("/filter", b"application/json", b"{not json", subject),  # 400
+        ("/filter", b"application/json", b'{"Pod": 3}', subject),  # 400
+        ("/prioritize", b"application/json", json.dumps(filter_args(pod("q", "v100-50"), NAMES)).encode(), subject),
+        ("/bind", b"application/json", json.dumps(binding_args(pod("p", "v100-25"), "node-0")).encode(), subject),
+        ("/bind", b"application/json", json.dumps(binding_args(pod("x", "v100-25"), "node-0")).encode(), subject),
+        ("/bind", b"application/json", b'{"PodName": ""}', subject),
+    ]
+
+    def run(hot: bool) -> tuple[list[tuple[int, Any]], Any]:
+        state = build_state(config, CATALOG)
+        front = front_for(state, hot=hot, config=config)
+
+        async def go() -> list[tuple[int, Any]]:
+            out = []
+            for path, content_type, body, ext in requests:
+                sc = scope(path, len(body), client="10.0.0.9", **ext)
+                sc["headers"] = [(k, content_type if k == b"content-type" else v) for k, v in sc["headers"]]
+                answer = await call(front, sc, [body])
+                out.append((answer["status"], answer["doc"]))
+            return out
+
+        answers = asyncio.run(go())
+        ledger = sorted((a.claim, a.node, a.gpus, a.reserved) for a in state.ledger.allocations.values())
+        return answers, ledger
+
+    hot_answers, hot_ledger = run(True)
+    flask_answers, flask_ledger = run(False)
+    assert hot_answers == flask_answers
+    assert hot_ledger == flask_ledger
+    assert [status for status, _ in hot_answers] == [200, 200, 403, 403, 415, 400, 400, 200, 200, 200, 400]
+    assert hot_answers[8][1] == {"Error": ""} and "has not seen pod" in hot_answers[9][1]["Error"]
