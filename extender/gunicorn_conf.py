@@ -21,7 +21,12 @@ worker_connections = 1000  # open connections one worker keeps; a stalled one co
 max_requests = 0  # never recycle the worker: recycling would drop the in-memory ledger
 timeout = 30
 graceful_timeout = 10
-keepalive = 75  # kube-scheduler's client reuses connections
+# offer HTTP/2 over TLS (ALPN): kube-scheduler's extender client keeps only 2 idle HTTP/1.1 connections (Go's
+# default), so concurrent binds opened a new mutual-TLS connection each (0.75 per pod); over HTTP/2 they
+# share one (measured in tests/bench/bench_e2e.py: 760 -> 16 connections a burst, -1 ms CPU per pod in
+# kube-scheduler); the API server's webhook client speaks it too. Plain-HTTP clients keep HTTP/1.1.
+http_protocols = "h2,h1"
+keepalive = 75  # HTTP/1.1 clients (probes, gpuslice status) reuse connections
 preload_app = False  # the worker builds the state (and the cluster's informer threads) after the fork
 control_socket_disable = True  # gunicorn's control socket (shared by the user's instances) can add workers
 accesslog = os.environ.get("GPUSLICE_ACCESS_LOG") or None

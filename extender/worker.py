@@ -19,7 +19,7 @@ from extender.metrics import CONNECTIONS
 
 
 class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
-    """gunicorn's HTTP/1.1 protocol, plus the verified client certificate's subject in every scope."""
+    """gunicorn's HTTP/1.1 and HTTP/2 protocol, plus the verified client certificate's subject in every scope."""
 
     _looked = False  # the peer certificate is read once per connection
     _subject: Subject | None = None
@@ -30,6 +30,13 @@ class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
 
     def _build_http_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
         scope: dict[str, Any] = super()._build_http_scope(request, sockname, peername)
+        subject = self._client_subject()
+        if subject is not None:
+            scope.setdefault("extensions", {})[SUBJECT_EXTENSION] = subject
+        return scope
+
+    def _build_http2_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
+        scope: dict[str, Any] = super()._build_http2_scope(request, sockname, peername)
         subject = self._client_subject()
         if subject is not None:
             scope.setdefault("extensions", {})[SUBJECT_EXTENSION] = subject

@@ -256,6 +256,54 @@ def _https(url: str, ca: Path, cert: tuple[Path, Path] | None, method: str = "GE
         conn.close()
 
 
+def _h2(url: str, ca: Path, cert: tuple[Path, Path] | None, method: str = "GET", path: str = "/healthz",
+        doc: Any = None) -> tuple[int, Any]:
+    """The same over HTTP/2 (ALPN h2, as kube-scheduler's and kube-apiserver's Go clients negotiate it)."""
+    import socket
+    import ssl
+    from urllib.parse import urlsplit
+
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    context = ssl.create_default_context(cafile=str(ca))
+    context.set_alpn_protocols(["h2"])
+    if cert is not None:
+        context.load_cert_chain(str(cert[0]), str(cert[1]))
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    with socket.create_connection((host, parts.port or 443), timeout=10) as raw, \
+            context.wrap_socket(raw, server_hostname=host) as tls:
+        assert tls.selected_alpn_protocol() == "h2"
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        conn.initiate_connection()
+        body = None if doc is None else json.dumps(doc).encode()
+        headers = [(":method", method), (":path", path), (":scheme", "https"), (":authority", host),
+                   ("content-type", "application/json")]
+        if body is not None:
+            headers.append(("content-length", str(len(body))))
+        conn.send_headers(1, headers, end_stream=body is None)
+        if body is not None:
+            conn.send_data(1, body, end_stream=True)
+        tls.sendall(conn.data_to_send())
+        status, data, ended = 0, b"", False
+        while not ended:
+            chunk = tls.recv(65536)
+            if not chunk:
+                break
+            for event in conn.receive_data(chunk):
+                if isinstance(event, h2.events.ResponseReceived):
+                    status = int(dict(event.headers)[b":status"])
+                elif isinstance(event, h2.events.DataReceived):
+                    data += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended = True
+            tls.sendall(conn.data_to_send())
+        return status, json.loads(data or b"null")
+
+
 @pytest.mark.timeout(120)
 def test_3_mutual_tls_verifies_client_certificates_and_their_subjects(tmp_path: Path) -> None:
     import ssl
@@ -277,6 +325,14 @@ def test_3_mutual_tls_verifies_client_certificates_and_their_subjects(tmp_path: 
             _https(url, certs.ca, certs.stranger, "POST", "/filter", body)
         assert _https(url, certs.ca, None)[0] == 200  # probes carry no certificate
         assert _https(url, certs.ca, None, path="/state")[0] == 200  # over loopback
+        # over HTTP/2 (what kube-scheduler negotiates): the same subject checks, the same answers
+        status, reply = _h2(url, certs.ca, certs.scheduler, "POST", "/filter", body)
+        assert status == 200 and reply["NodeNames"], reply
+        status, reply = _h2(url, certs.ca, None, "POST", "/filter", body)
+        assert status == 403 and "certificate" in reply["error"], reply
+        status, reply = _h2(url, certs.ca, certs.intruder, "POST", "/filter", body)
+        assert status == 403 and "intruder" in reply["error"], reply
+        assert _h2(url, certs.ca, None)[0] == 200
 
 
 def _stall(port: int, path: str = "/filter") -> Any:
