@@ -33,6 +33,7 @@ class ClusterConfig:
     resync_s: float = 60.0
     tick_s: float = 1.0
     notice_interval_s: float = 10.0  # position-only updates of a waiting pod's condition, at most this often
+    allocated_events: str = "warnings"  # an Allocated Event per bound pod: "all", or only "warnings" (no enforcement)
     entitlements_configmap: str = "gpuslice-entitlements"
     webhook_path: str = "/mutate"
     leader_label: str = ""  # set on the leader's own pod (named by the identity) once ready; empty: off
@@ -48,6 +49,8 @@ class ClusterConfig:
         for name in ("resync_s", "tick_s", "notice_interval_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.allocated_events not in ("all", "warnings"):
+            raise ConfigError(f"allocated_events must be all or warnings, got {self.allocated_events!r}")
         if not self.webhook_path.startswith("/"):
             raise ConfigError(f"webhook path must start with '/', got {self.webhook_path!r}")
 

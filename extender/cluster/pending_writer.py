@@ -5,10 +5,11 @@ queue position and what the pod waits for. A new reason rewrites it at once and 
 so ``kubectl describe pod`` tells the story; a changed position or message (capacity moved, the
 line moved) rewrites only the condition, at most every ``min_interval`` seconds: a long queue must
 not turn every admission into n status writes. When the queue admits the pod the condition turns
-False with reason ``Admitted`` (and one Event). When a pod is bound, one ``Allocated`` Event names
-its GPUs and who enforces the slice there (``enforcement: agent``, or ``none`` on a node known only
-by its labels, as a Warning). The writes run in the reporter's own thread, so a slow API server
-never delays a gate being lifted or a bind.
+False with reason ``Admitted`` (and one Event). When a pod is bound on a node where nothing enforces
+its slice (known only by its labels), an ``Allocated`` Warning names its GPUs and says so; with
+``allocated_events: all`` every bound pod gets one (``enforcement: agent`` as a Normal Event). The
+writes run in the reporter's own thread, so a slow API server never delays a gate being lifted or a
+bind.
 """
 
 from __future__ import annotations
@@ -152,8 +153,10 @@ class PendingReporter:
         min_interval: float = 10.0,
         clock: Callable[[], float] = time.time,
         on_write: Callable[[str], None] | None = None,
+        allocated_events: str = "warnings",
     ) -> None:
         self.kube = kube
+        self.allocated_events = allocated_events  # "all": an Allocated Event for every bound pod
         self.lookup = lookup  # pod uid -> the pod as last seen (None when gone)
         self.notifier = PendingNotifier(min_interval)
         self.clock = clock
@@ -190,7 +193,11 @@ class PendingReporter:
         self._wake.set()
 
     def allocated(self, pod: Obj, product: str, node: str, gpus: tuple[str, ...], enforcement: str) -> None:
-        """The pod was bound: one Event says where its slice is and who enforces it there."""
+        """The pod was bound: one Event says where its slice is and who enforces it there (with
+        ``allocated_events`` "warnings", only where nothing enforces it: the allocation record on the
+        pod names its GPUs either way, and a Normal Event per pod is an API write a burst pays for)."""
+        if enforcement == "agent" and self.allocated_events != "all":
+            return
         where = f"{product or 'slice'} on node {node}, GPU {', '.join(gpus)}"
         if enforcement == "agent":
             text = f"{where}; enforcement: agent (the gpuslice node agent hands over the slice and caps it)"

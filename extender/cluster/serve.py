@@ -151,7 +151,8 @@ class ClusterRuntime:
             self.metrics.leader.set(1)
             self.state.reset()
             reporter = PendingReporter(self.kube, lambda uid: None, self.cluster.notice_interval_s,
-                                       on_write=lambda kind: self.metrics.notices.labels(kind).inc())
+                                       on_write=lambda kind: self.metrics.notices.labels(kind).inc(),
+                                       allocated_events=self.cluster.allocated_events)
             sync = ClusterSync(self.state, self.kube, self.cluster, self.metrics, reporter=reporter,
                                recently_bound=self.binder.bound_since)
             gate = GateController(self.state, self.kube, sync.pod, self.metrics, reporter, self.cluster.tick_s)

@@ -140,3 +140,18 @@ def test_refused_and_missing_pods() -> None:
     assert r.notifier.told("uid-flaky") is None  # a failed write is tried again next time
     kube.fail.pop("flaky")
     assert r.flush() == 2
+
+
+def test_allocated_events_warn_where_nothing_enforces_and_all_only_when_asked() -> None:
+    kube, clock = RecordingKube(), [0.0]
+    r = reporter(kube, pods("a", "b"), clock)
+    r.allocated(pods("a")["uid-a"], "v100-25", "n1", ("GPU-1",), "agent")  # the record says it all: no write
+    r.allocated(pods("b")["uid-b"], "v100-25", "n2", ("n2/gpu-0",), "none")
+    assert r.flush() == 1
+    kind, name, event = kube.calls[-1]
+    assert (kind, name, event["reason"], event["type"]) == ("event", "b", "Allocated", "Warning")
+    assert "enforcement: none" in event["message"] and "n2/gpu-0" in event["message"]
+    every = PendingReporter(kube, pods("a").get, clock=lambda: clock[0], allocated_events="all")  # type: ignore[arg-type]
+    every.allocated(pods("a")["uid-a"], "v100-25", "n1", ("GPU-1",), "agent")
+    assert every.flush() == 1 and kube.calls[-1][2]["type"] == "Normal"
+    assert "enforcement: agent" in kube.calls[-1][2]["message"]
