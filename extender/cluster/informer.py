@@ -12,13 +12,13 @@ them; a handler that raises is logged and does not end the watch.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 from kubernetes.watch.watch import iter_resp_lines
 
 from extender.cluster.kube import Kube, KubeError
@@ -160,7 +160,7 @@ class Informer:
                     return
                 if not line:
                     continue
-                ev = json.loads(line)
+                ev = orjson.loads(line)
                 kind = ev.get("type", "")
                 obj = ev.get("object") or {}
                 if kind == "ERROR":

@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
+import orjson
+import urllib3
 from kubernetes import client
 from kubernetes import config as kube_config
 
@@ -80,15 +82,22 @@ class Kube:
             m, url, hdrs, _, _ = self.api.param_serialize(
                 method, path, query_params=params or None, header_params=headers, auth_settings=AUTH
             )
-            resp = self.api.call_api(m, url, header_params=hdrs, body=body, _request_timeout=timeout)
-            data: bytes = resp.read()  # type: ignore[no-untyped-call]
+            # the client's own connection pool (its TLS and credentials), the body encoded here: its
+            # RESTClientObject would json.dumps it again and wrap the reply, for nothing gpuslice reads
+            resp = self.api.rest_client.pool_manager.request(
+                m, url, body=None if body is None else orjson.dumps(body), headers=hdrs,
+                timeout=_timeout(timeout), preload_content=False)
+            try:
+                data: bytes = resp.read()
+            finally:
+                resp.release_conn()
         except Exception as e:  # connection refused, TLS, timeouts: the server was not reached
             raise KubeError(0, f"{type(e).__name__}: {e}") from None
         if not 200 <= resp.status < 300:
             raise _status_error(resp.status, data)
         if not data:
             return {}
-        doc = json.loads(data)
+        doc = orjson.loads(data)
         return doc if isinstance(doc, dict) else {"items": doc}
 
     def stream(self, path: str, query: Mapping[str, Any], read_timeout: float) -> Any:
@@ -163,6 +172,12 @@ def operator_kube(kubeconfig: str = "") -> Kube:
     else:
         kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return Kube(client.ApiClient(configuration))
+
+
+def _timeout(timeout: float | tuple[float, float]) -> urllib3.Timeout:
+    if isinstance(timeout, tuple):
+        return urllib3.Timeout(connect=timeout[0], read=timeout[1])
+    return urllib3.Timeout(total=timeout)
 
 
 def pod_path(namespace: str, name: str) -> str:
