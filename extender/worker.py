@@ -29,14 +29,12 @@ class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
         super().connection_made(transport)
 
     def _build_http_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
-        scope: dict[str, Any] = super()._build_http_scope(request, sockname, peername)
-        subject = self._client_subject()
-        if subject is not None:
-            scope.setdefault("extensions", {})[SUBJECT_EXTENSION] = subject
-        return scope
+        return self._with_subject(super()._build_http_scope(request, sockname, peername))
 
     def _build_http2_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
-        scope: dict[str, Any] = super()._build_http2_scope(request, sockname, peername)
+        return self._with_subject(super()._build_http2_scope(request, sockname, peername))
+
+    def _with_subject(self, scope: dict[str, Any]) -> dict[str, Any]:
         subject = self._client_subject()
         if subject is not None:
             scope.setdefault("extensions", {})[SUBJECT_EXTENSION] = subject
