@@ -46,3 +46,16 @@ def usable_milli(node: Node, request: Request) -> int:
     free = sorted((min(g.free_milli, request.milli) for g in node.gpus
                    if request.accepts_model(g.model) and g.memory_mib >= request.memory_mib), reverse=True)
     return sum(free[:request.count])
+
+
+def could_hold(node: Node, r: Request) -> bool:
+    """Could ``node``, empty, hold ``r``?"""
+    if node.cpu_milli is not None and r.cpu_milli > node.cpu_milli:
+        return False
+    if node.memory_mib is not None and r.host_memory_mib > node.memory_mib:
+        return False
+    if r.gpu_less:
+        return True
+    cards = sum(1 for g in node.gpus if r.accepts_model(g.model) and g.milli >= r.milli
+                and g.memory_mib >= r.memory_mib)
+    return cards >= r.count

@@ -3,9 +3,10 @@
 ``explain_in_order`` walks the waiting claims once, in queue order. What holds for a whole class of
 identical claims (request, namespace, priority) -- unsatisfiable, over its entitlement, fits now or
 not, and the capacity message -- is computed once per class by the caller's ``facts``; per claim the
-pass only counts positions, follows the admission policy's head of line and builds the explanation.
-Cost: O(n) plus one ``facts`` call per class; under the aging guard, one fit check per request shape
-and set of held nodes, and one target pick and estimated start per head.
+pass only counts positions, asks the admission strategy's lens and builds the explanation.
+Cost: O(n) plus one ``facts`` call per class, plus what the admission strategy's ``Lens`` costs
+(the aging guard: one fit check per request shape and set of held nodes, one target pick and
+estimated start per head).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple, Protocol
 
-from packing.claims import AGING_GUARD, STRICT_FIFO, WaitingClaim
+from packing.claims import WaitingClaim
 from packing.ledger import Gpu, Ledger
 from packing.products import Request
 
@@ -49,13 +50,21 @@ class Explanation:
 
 
 class ClassFacts(NamedTuple):
-    """What holds for every waiting claim of one class now, before the admission policy's head of line."""
+    """What holds for every waiting claim of one class now, before the admission strategy's view of it."""
 
     reason: str  # UNSATISFIABLE, QUOTA_EXCEEDED, ADMISSIBLE or NO_CAPACITY
     message: str
     fit: bool  # a free slice fits it now
     product: str
-    age_limit: float  # T of its product
+
+
+class Lens(Protocol):
+    """An admission strategy's view of the claims it holds back, walked once in queue order."""
+
+    def see(self, w: WaitingClaim, fit: bool, message: str) -> tuple[str, str, float | None] | None:
+        """For ``w`` -- within its entitlement and satisfiable; ``fit``: a free slice fits it now;
+        ``message``: what it needs, or FITS_NOW -- its reason, message and estimated start under the
+        strategy, or None when the strategy lets it be (``Admissible`` or ``NoCapacity``)."""
 
 
 def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, int, float | None], Explanation]:
@@ -86,94 +95,38 @@ def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, 
 _make_explanation = _explanation_maker()
 
 
-class Guard(Protocol):
-    """The aging guard's view of the cluster that the pass needs (the queue supplies it, memoised)."""
-
-    cap: int  # how many heads may hold a drain target
-
-    def fits_outside(self, request: Request, held: frozenset[str]) -> bool:
-        """Does ``request`` fit now on a node not in ``held``?"""
-
-    def fits_on(self, request: Request, node: str) -> bool:
-        """Does ``request`` fit now on ``node``?"""
-
-    def target(self, head: WaitingClaim, held: frozenset[str]) -> tuple[str, float | None] | None:
-        """The drain target held for ``head`` (not in ``held``) and its estimated start there."""
-
-
-class _Held(NamedTuple):
-    node: str
-    head: WaitingClaim
-    est: float | None
-    blocked: str  # what a younger claim that fits only on this node is told
-
-
 def explain_in_order(
     entries: Iterable[tuple[WaitingClaim, object, int]],
     now: float,
-    admission: str,
     facts: Callable[[WaitingClaim], ClassFacts],
-    guard: Guard | None = None,
-    slack: float = 0.0,
+    lens: Lens | None = None,
 ) -> list[Explanation]:
-    """Explain ``entries`` -- (claim, anything, class id), in queue order -- under ``admission``.
+    """Explain ``entries`` -- (claim, anything, class id), in queue order.
 
-    ``facts(claim)`` is called once per class id; ``guard`` (required for the aging guard) answers
-    fit checks outside and on the drain targets; ``slack`` is the reservation TTL a backfilled claim
-    adds to its declared limit.
+    ``facts(claim)`` is called once per class id; ``lens`` (the admission strategy's, None for
+    best effort) is asked about every claim within its entitlement and satisfiable.
     """
-    strict = admission == STRICT_FIFO
-    aging = admission == AGING_GUARD and guard is not None
     of_class: dict[int, ClassFacts] = {}
     per_product: dict[str, int] = {}
-    head: WaitingClaim | None = None  # strict: the first that does not fit
-    blocked = ""  # strict: the message of claims held behind the head
-    held: list[_Held] = []  # aging guard: heads met so far and the nodes held for them
-    held_nodes: frozenset[str] = frozenset()
-    headed: set[Request] = set()  # aging guard: request shapes that have their head
     out: list[Explanation] = []
     append = out.append
     make = _make_explanation
+    see = lens.see if lens is not None else None
     for position, (w, _, cid) in enumerate(entries, start=1):
         f = of_class.get(cid)
         if f is None:
             f = of_class[cid] = facts(w)
-        reason, message, fit, product, age_limit = f
+        reason, message, fit, product = f
         count = per_product[product] = per_product.get(product, 0) + 1
         est: float | None = None
-        if strict and reason in (ADMISSIBLE, NO_CAPACITY):
-            if head is not None and fit:
-                reason, message = BLOCKED_BY_HEAD_OF_LINE, blocked
-            elif head is None and not fit:
-                head = w
-                blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
-        elif aging and guard is not None and reason in (ADMISSIBLE, NO_CAPACITY):
-            free = fit and (not held or guard.fits_outside(w.request, held_nodes))
-            if free:
-                pass
-            elif (w.request not in headed and len(held) < guard.cap and now - w.arrived_at > age_limit
-                  and (target := guard.target(w, held_nodes)) is not None):
-                node, est = target
-                headed.add(w.request)
-                held.append(_Held(node, w, est, guard_message(w, node, now, est, age_limit)))
-                held_nodes = held_nodes | {node}
-                need = message if not fit else "fits only on nodes held for older claims"
-                reason, message = WAITING_FOR_RESERVATION, f"{need}; {starving_message(w, node, now, est, age_limit)}"
-            elif fit:
-                on = [h for h in held if guard.fits_on(w.request, h.node)]
-                if not any(_ends_by(w, now, h.est, slack) for h in on):
-                    reason, message = BLOCKED_BY_HEAD_OF_LINE, on[0].blocked
+        if see is not None and reason in (ADMISSIBLE, NO_CAPACITY):
+            seen = see(w, fit, message)
+            if seen is not None:
+                reason, message, est = seen
         waited = now - w.arrived_at
         append(make(w.claim, w.namespace, product, position, count, reason, message,
                     waited if waited > 0.0 else 0.0, w.priority, est))
     return out
-
-
-def _ends_by(w: WaitingClaim, now: float, est: float | None, slack: float) -> bool:
-    """Does ``w``, started now, surely end by ``est`` (its declared limit, plus the reservation TTL)?"""
-    if est is None or w.time_limit is None:
-        return False
-    return now + slack + w.time_limit <= est
 
 
 def guard_message(head: WaitingClaim, node: str, now: float, est: float | None, age_limit: float) -> str:

@@ -14,6 +14,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packing.admission import AgingGuard
 from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
 from packing.explain import FITS_NOW, capacity_message, guard_message, starving_message, unsatisfiable_message
 from packing.ledger import Ledger, Node
@@ -114,6 +115,7 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     held: list[tuple[str, WaitingClaim, float | None, str]] = []  # aging guard: (target, head, estimate, message)
     headed: set[Request] = set()
     slack = q.reservation_ttl or 0.0
+    guard = q.strategy
     for position, w in enumerate(q.in_order(), start=1):
         r, product, limit = w.request, w.product, q.age_limit(w.product)
         quota = shortfall(q.entitlement(w.namespace), w.namespace, r, _Snapshot(q.usage(w.namespace)))
@@ -133,12 +135,13 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                     head = w
                     blocked = f"fits now, but strict FIFO keeps it behind {w.claim} ({product}), which does not fit"
             elif q.admission == AGING_GUARD:
+                assert isinstance(guard, AgingGuard)
                 outside = [n for n in q.ledger.nodes if n not in {t for t, _, _, _ in held}]
                 on = [(t, h_est, msg) for t, _, h_est, msg in held if q.policy.choose(q.ledger, r, [t]) is not None]
                 if q.policy.choose(q.ledger, r, outside) is not None:
                     pass  # fits off every drain target
-                elif (r not in headed and len(held) < q.drain_cap() and now - w.arrived_at > limit
-                      and (node := q.drain_target(w, [t for t, _, _, _ in held], now)) is not None):
+                elif (r not in headed and len(held) < guard.drain_cap(q.ledger) and now - w.arrived_at > limit
+                      and (node := guard.drain_target(q.view(now), w, [t for t, _, _, _ in held])) is not None):
                     headed.add(r)
                     est = q.estimated_start(r, now, [node])
                     held.append((node, w, est, guard_message(w, node, now, est, limit)))
