@@ -10,11 +10,17 @@ None when the declared claims alone never free enough.
 
 Cost: O(L log L) for L running claims with a declared end, plus the GPUs of the touched nodes;
 the live ledger is only read.
+
+``RuntimeHistory`` estimates, for claims that declare no limit, how likely they are to end soon,
+from the runtimes of the claims of their product that ended.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Collection, Iterable
+
+from sortedcontainers import SortedList
 
 from packing.ledger import Gpu, Ledger, Node
 from packing.products import Request
@@ -126,3 +132,47 @@ def _candidate_nodes(ledger: Ledger, request: Request) -> Iterable[Node]:
             for g in ledger.gpus_from(model, request.milli):
                 seen.setdefault(g.node, ledger.nodes[g.node])
     return seen.values()
+
+
+class RuntimeHistory:
+    """How long the claims that ended ran, per product: the last ``window`` runtimes of each.
+
+    It answers how likely a running claim of a given age is to end within a horizon, for claims that
+    declare no limit: from the product's runtimes seen, P(R <= age + h | R > age), counting one
+    unseen longer run (so a claim older than everything seen gets 0, not a division by zero). With
+    fewer than ``min_seen`` runtimes of a product it falls back on the heavy-tail prior
+    h / (age + h) (a Pareto tail of index 1: the longer a claim has run, the longer it will run),
+    which prefers the youngest claims, as the traces' runtimes do. Cost: O(log window) per call.
+    """
+
+    def __init__(self, window: int = 2000, min_seen: int = 20) -> None:
+        self.window = window
+        self.min_seen = min_seen
+        self._sorted: dict[str, SortedList] = {}
+        self._recent: dict[str, deque[float]] = {}
+
+    def add(self, product: str, runtime: float) -> None:
+        """Record a claim of ``product`` that ran ``runtime`` seconds."""
+        ordered = self._sorted.get(product)
+        if ordered is None:
+            ordered = self._sorted[product] = SortedList()
+            self._recent[product] = deque()
+        recent = self._recent[product]
+        ordered.add(runtime)
+        recent.append(runtime)
+        if len(recent) > self.window:
+            ordered.remove(recent.popleft())
+
+    def seen(self, product: str) -> int:
+        """How many runtimes of ``product`` the history holds."""
+        return len(self._recent.get(product, ()))
+
+    def ends_within(self, product: str, age: float, horizon: float) -> float:
+        """The chance that a claim of ``product`` that has run ``age`` seconds ends within ``horizon``."""
+        age = max(0.0, age)
+        ordered = self._sorted.get(product)
+        if ordered is None or len(ordered) < self.min_seen:
+            return horizon / (age + horizon) if horizon > 0 else 0.0
+        longer: int = len(ordered) - ordered.bisect_right(age)
+        beyond: int = len(ordered) - ordered.bisect_right(age + horizon)
+        return (longer - beyond) / (longer + 1)

@@ -193,3 +193,18 @@ def span(seconds: float) -> str:
         minutes, rest = divmod(round(s), 60)
         return f"{minutes} min {rest} s" if rest else f"{minutes} min"
     return f"{s / 3600:.1f} h"
+
+
+def drain_message(w: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+    """What a drain-soonest head is told, after its capacity message (``where``: the GPUs held)."""
+    when = "unknown: the claims there declare no time limit" if est is None else f"by {span(est - now)} from now"
+    return (f"waited {span(now - w.arrived_at)}, past its {span(age_limit)} limit: holding {where} for it "
+            f"(nothing else starts there unless it ends first; freed, by declared ends, {when})")
+
+
+def drain_blocked_message(head: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+    """What a claim that fits only on ``where``, held for the drain-soonest head ``head``, is told."""
+    when = "unknown (the claims there declare no time limit)" if est is None else f"by {span(est - now)} from now"
+    return (f"fits only on {where}, held for the head of the line, {head.namespace}/{head.claim} "
+            f"({head.product}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} limit); a claim "
+            f"may start there only with a declared time limit ending before it is freed ({when})")

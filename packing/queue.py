@@ -29,8 +29,10 @@ from packing.claims import (
     ADMISSION_POLICIES,
     AGING_GUARD,
     BEST_EFFORT_FIFO,
+    DEFAULT_ADMISSION,
     DEFAULT_AGE_LIMIT,
     DEFAULT_DRAIN_TARGETS,
+    DRAIN_SOONEST,
     STRICT_FIFO,
     Admission,
     QueueError,
@@ -64,9 +66,9 @@ from packing.waiting_order import WaitingOrder
 
 __all__ = [  # the queue's public names, wherever they are defined (the extender and simulator import them here)
     "ADMISSIBLE", "ADMISSION_POLICIES", "AGING_GUARD", "BEST_EFFORT_FIFO", "BLOCKED_BY_HEAD_OF_LINE",
-    "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO",
-    "UNSATISFIABLE", "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "QueueError",
-    "UnknownClaimError", "WaitingClaim",
+    "DEFAULT_ADMISSION", "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "DRAIN_SOONEST", "NO_CAPACITY",
+    "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE", "WAITING_FOR_RESERVATION", "Admission",
+    "ClaimQueue", "Explanation", "QueueError", "UnknownClaimError", "WaitingClaim",
 ]
 
 
@@ -77,11 +79,12 @@ class ClaimQueue:
         self,
         ledger: Ledger,
         policy: Policy = BEST_FIT,
-        admission: str = AGING_GUARD,
+        admission: str = DEFAULT_ADMISSION,
         age_limits: Mapping[str, float] | None = None,
         reservation_ttl: float | None = None,
         default_age_limit: float = DEFAULT_AGE_LIMIT,
-        max_drain_targets: int = DEFAULT_DRAIN_TARGETS,
+        max_drain_targets: int | None = None,
+        drain_horizon: float | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -91,15 +94,18 @@ class ClaimQueue:
                 raise QueueError(f"age limit for {product} must be a finite number of seconds >= 0, got {limit!r}")
         if reservation_ttl is not None and not (_finite(reservation_ttl) and reservation_ttl > 0):
             raise QueueError(f"reservation_ttl must be a positive number of seconds or None, got {reservation_ttl!r}")
-        if not isinstance(max_drain_targets, int) or isinstance(max_drain_targets, bool) or max_drain_targets < 1:
-            raise QueueError(f"max_drain_targets must be a whole number >= 1, got {max_drain_targets!r}")
+        if max_drain_targets is not None and (not isinstance(max_drain_targets, int)
+                                              or isinstance(max_drain_targets, bool) or max_drain_targets < 1):
+            raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
+        if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
+            raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
         self.ledger = ledger
         self.policy = policy
         self.admission = admission
         self.age_limits = limits
         self.default_age_limit = float(default_age_limit)
         self.reservation_ttl = reservation_ttl
-        self.strategy: Strategy = make_strategy(admission, max_drain_targets)
+        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon)
         self._seq = 0
         self._order = WaitingOrder()
         self._book = RunningBook()
@@ -151,7 +157,7 @@ class ClaimQueue:
             raise UnknownClaimError(f"claim {claim} is not running in this queue")
         if claim in self.ledger.allocations:
             self.ledger.release(claim)
-        self._book.remove(claim)
+        self._book.finish(claim, now)
 
     def requeue(self, claim: str) -> None:
         """Put an admitted claim back in line at its original place (its bind failed): its slice is

@@ -2,7 +2,8 @@
 what each namespace holds against its entitlement.
 
 A claim enters the book when the queue admits it or when ``ClaimQueue.start`` records one that
-already holds its slice, and leaves it when it departs, lapses or is put back in line. Invariants
+already holds its slice, and leaves it when it departs (``finish``: its runtime joins the
+history), lapses or is put back in line. Invariants
 (``verify``): usage per namespace is the sum of its running claims; the declared-end index holds
 exactly the running claims with a declared end. Cost: ``add``, ``remove``: O(log n); an
 entitlement check: O(1).
@@ -10,13 +11,14 @@ entitlement check: O(1).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
 from packing.claims import WaitingClaim
-from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
+from packing.entitlements import Entitlement, Usage, UsageBook, product_name, shortfall
+from packing.estimate import RuntimeHistory
 from packing.products import Request
 
 
@@ -40,6 +42,7 @@ class RunningBook:
         self.ends: SortedList = SortedList()  # (declared end, claim) of running claims
         self._usage = UsageBook()
         self._entitlements: dict[str, Entitlement] = {}
+        self.history = RuntimeHistory()  # how long the claims that ended ran, per product
 
     def __len__(self) -> int:
         return len(self._running)
@@ -52,6 +55,11 @@ class RunningBook:
 
     def get(self, claim: str) -> RunningClaim | None:
         return self._running.get(claim)
+
+    @property
+    def runs(self) -> Mapping[str, RunningClaim]:
+        """Every running claim by id (read it, do not change it)."""
+        return self._running
 
     def add(self, name: str, run: RunningClaim) -> None:
         """Count ``name`` as running (the caller refuses known ids)."""
@@ -66,6 +74,12 @@ class RunningBook:
         self._usage.remove(run.namespace, run.request)
         if run.ends_at is not None:
             self.ends.remove((run.ends_at, name))
+        return run
+
+    def finish(self, name: str, now: float) -> RunningClaim:
+        """``name`` ended at ``now``: stop counting it and record its runtime in ``history``."""
+        run = self.remove(name)
+        self.history.add(product_name(run.request), max(0.0, now - run.started_at))
         return run
 
     # ---- usage and entitlements -------------------------------------------------------------------

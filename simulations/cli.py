@@ -11,7 +11,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from packing.products import Catalog, CatalogError, Request, load_catalog
 from simulations import metrics, protocol_a, protocol_b, report
@@ -19,6 +19,7 @@ from simulations.cluster import CardModel, ClusterError, card_model_for, card_no
 from simulations.engine import EngineConfig, EngineError
 from simulations.inputs import Inputs, job_pool, load_inputs
 from simulations.options import (
+    AdmissionChoice,
     UsageError,
     chosen_admissions,
     chosen_policies,
@@ -42,6 +43,7 @@ from simulations.workload import WorkloadError, job_request
 
 __all__ = ["UsageError", "parse_cap", "parse_duration", "parse_rho", "parse_seeds", "plan_main", "simulate_main"]
 
+T = TypeVar("T")
 PLAN_JOBS = 5000  # per seed and card count: the search runs the workload a dozen times
 _ERRORS = (TraceError, CatalogError, ClusterError, EngineError, SchedulerError, SyntheticError, WorkloadError,
            SizingError, protocol_b.ProtocolBError, ValueError)
@@ -71,6 +73,13 @@ def simulate_main(argv: Sequence[str]) -> int:
                          "Default: a with --pods, b otherwise")
     ap.add_argument("--compare", action="store_true",
                     help="every placement policy (and in B every admission policy) side by side")
+    ap.add_argument("--compare-admission", action="store_true",
+                    help="protocol B: the admission strategies (every one, or those of --admission) side by side: "
+                         "p99 wait per product pooled and as the mean of per-seed p99 with its 95 %% interval, "
+                         "utilisation, and with --saturation the usable capacity; with --plots the frontier plot")
+    ap.add_argument("--saturation", type=parse_rho, metavar="RHO",
+                    help="with --compare-admission: also run every strategy at this offered load (e.g. 1.1) and "
+                         "report its utilisation as the usable capacity")
     ap.add_argument("--inflation", type=float, default=protocol_a.DEFAULT_INFLATION,
                     help="protocol A: workload inflated to this multiple of GPU capacity (default 1.3)")
     workload_options(ap)
@@ -170,10 +179,13 @@ def _simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
     return 0
 
 
-def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: str,
+def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: AdmissionChoice,
               rounding: str) -> protocol_b.ProtocolBConfig:
     """Protocol B's settings from the flags; the built-in workload is generated at --rho, so not rescaled."""
-    engine = EngineConfig(policy=policy, admission=admission, model=_model(args), age_limit_s=args.age_limit,
+    age_limit = args.age_limit if admission.age_limit_s is None else admission.age_limit_s
+    engine = EngineConfig(policy=policy, admission=admission.name, model=_model(args), age_limit_s=age_limit,
+                          age_limits=admission.age_limits, max_drain_targets=admission.max_drain_targets,
+                          drain_horizon_s=admission.drain_horizon_s,
                           reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                           declare_limits=args.declare_limits)
     return protocol_b.ProtocolBConfig(engine=engine, rounding=rounding,
@@ -185,6 +197,8 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     catalog = _catalog(args)
     rounding = args.rounding or "slices"
     seeds = args.seeds or protocol_b.DEFAULT_SEEDS
+    if args.saturation is not None and not args.compare_admission:
+        raise UsageError("--saturation goes with --compare-admission")
     source, cap, description = job_pool(args, inputs)
     nodes = inputs.nodes if inputs.nodes is not None and not args.cards else None
     cards = None if nodes is not None else (args.cards or protocol_b.DEFAULT_CARDS)
@@ -193,19 +207,31 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     combos = [(p, a) for p in policies for a in admissions]
     results: dict[tuple[str, str], dict[str, Any]] = {}
     sims: dict[str, list[Any]] = {}
+    done: dict[tuple[str, str], protocol_b.ProtocolBResult] = {}
     bar = _progress(args, "protocol B")
     for k, (policy, admission) in enumerate(combos):
         config = _config_b(args, inputs, policy, admission, rounding)
         result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, track_host=args.host,
                                 progress=_stepper(bar, k, len(combos)))
-        results[(policy, admission)] = result.pooled()
-        sims[f"{policy}+{admission}"] = result.simulations
+        results[(policy, admission.label)] = {**result.pooled(), "per_seed_p99":
+                                              {p: v.as_dict() for p, v in result.per_seed(99).items()}}
+        done[(policy, admission.label)] = result
+        sims[f"{policy}+{admission.label}"] = result.simulations
     bar.close()
+    saturated = _saturation_runs(args, inputs, catalog, combos, rounding, seeds, nodes, cards)
     first = next(iter(results.values()))
+    some = next(iter(done.values()))
+    runtime_cap = cap.as_dict() if cap else None
+    if runtime_cap is not None:
+        runtime_cap = {**runtime_cap, "simulated_jobs": some.simulated_jobs(),
+                       "simulated_at_cap": some.capped_jobs(cap.cap_s if cap else None)}
     header = {"workload": description, "cards": first["cards"], "offered_load": first["offered_load"],
               "rounding": rounding, "ties": args.ties, "scores": args.scores, "seeds": _seed_text(seeds),
-              "runtime_cap": cap.as_dict() if cap else None}
+              "runs": len(seeds), "runtime_cap": runtime_cap}
     print(report.protocol_b_text(results, header))
+    if args.compare_admission:
+        print()
+        print(report.admission_table_text(results, saturated, header))
     _print_skipped(inputs)
     data = {
         "protocol": "b",
@@ -217,8 +243,10 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         "seeds": list(seeds),
         "rho_target": None if inputs.kind == "builtin" else args.rho,
         "arrivals": args.arrivals,
-        "runtime_cap": cap.as_dict() if cap else {"runtime_cap_s": args.runtime_cap},
-        "runs": [{"policy": p, "admission": a, **r} for (p, a), r in results.items()],
+        "runtime_cap": runtime_cap or {"runtime_cap_s": args.runtime_cap},
+        "runs": [{"policy": p, "admission": a, **r,
+                  **({"saturation": saturated[(p, a)]} if (p, a) in saturated else {})}
+                 for (p, a), r in results.items()],
         "skipped_rows": inputs.skipped(),
     }
     d = _write_results(args, data, lambda: report.protocol_b_rows(results))
@@ -232,7 +260,44 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
                           d / "utilisation.png", f"utilisation over time: {description}")
         plots.fragmentation(dict(zip(sims, results.values(), strict=True)), d / "fragmentation.png",
                             f"fragmentation: {description}")
+        if args.compare_admission:
+            points = report.frontier_points(results)
+            if points:
+                plots.frontier(points, d / "frontier.png",
+                               f"quarter against whole-card p99 wait: {description}, ρ {_rho_text(args, inputs)}")
     return 0
+
+
+def _rho_text(args: argparse.Namespace, inputs: Inputs) -> str:
+    return "as generated" if inputs.kind == "builtin" and args.rho is None else f"{args.rho}"
+
+
+def _saturation_runs(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
+                     combos: list[tuple[str, AdmissionChoice]], rounding: str, seeds: Sequence[int],
+                     nodes: list[NodeSpec] | None, cards: int | None) -> dict[tuple[str, str], dict[str, float]]:
+    """With ``--saturation RHO``: every combination again at that load; its utilisation is the usable capacity."""
+    if args.saturation is None:
+        return {}
+    saved = args.rho
+    args.rho = args.saturation
+    try:
+        source, _, _ = job_pool(args, inputs)  # the built-in workload is generated at --rho
+        out: dict[tuple[str, str], dict[str, float]] = {}
+        bar = _progress(args, f"saturation ρ {args.saturation}")
+        for k, (policy, admission) in enumerate(combos):
+            config = _config_b(args, inputs, policy, admission, rounding)
+            if inputs.kind == "builtin":
+                config = protocol_b.ProtocolBConfig(engine=config.engine, rounding=rounding, rho=None,
+                                                    arrivals=args.arrivals, jobs=args.jobs, sla_s=args.sla)
+            result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, track_host=args.host,
+                                    progress=_stepper(bar, k, len(combos)))
+            util = protocol_b.SeedSpread(tuple(sim.mean_allocated_pct for sim in result.simulations))
+            out[(policy, admission.label)] = {"rho": args.saturation, "utilisation_pct": util.mean,
+                                              "utilisation_ci95_half_width": util.half_width}
+        bar.close()
+        return out
+    finally:
+        args.rho = saved
 
 
 def _write_results(args: argparse.Namespace, data: dict[str, Any],
@@ -310,8 +375,9 @@ def _plan(args: argparse.Namespace) -> int:
     args.cards = args.cards or args.ref_cards
     args.jobs = args.jobs or PLAN_JOBS
     source, _, description = job_pool(args, inputs)
-    (policy,), (admission,) = _one(chosen_policies(args), "policy"), _one(chosen_admissions(args), "admission policy")
-    config = _config_b(args, inputs, policy, admission, rounding)
+    (policy,), (choice,) = _one(chosen_policies(args), "policy"), _one(chosen_admissions(args), "admission policy")
+    admission = choice.label
+    config = _config_b(args, inputs, policy, choice, rounding)
     # the workload is fixed (shaped against --ref-cards); only the cluster changes
     workloads = [protocol_b.seed_workload(source, catalog, config, 1000 * args.ref_cards, s) for s in seeds]
     fixed = protocol_b.ProtocolBConfig(engine=config.engine, rounding=rounding, rho=None, sla_s=args.sla)
@@ -349,10 +415,14 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if sizing.cards is not None else 1
 
 
-def _one(names: list[str], what: str) -> list[str]:
+def _one(names: list[T], what: str) -> list[T]:
     if len(names) != 1:
-        raise UsageError(f"plan sizes for one {what} at a time, got {', '.join(names)}")
+        raise UsageError(f"plan sizes for one {what} at a time, got {', '.join(map(_label, names))}")
     return names
+
+
+def _label(item: object) -> str:
+    return item.label if isinstance(item, AdmissionChoice) else str(item)
 
 
 def _plan_metric(sims: Sequence[Any], q: float, product: str) -> float:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from packing.ledger import Allocation
 from packing.policies import get_policy
 from packing.products import Request
-from packing.queue import AGING_GUARD, DEFAULT_AGE_LIMIT, ClaimQueue, WaitingClaim
+from packing.queue import DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT, ClaimQueue, WaitingClaim
 from simulations import baselines, registry  # noqa: F401  (registers the simulator policies)
 from simulations.cluster import TrackedLedger
 from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel
@@ -47,9 +47,12 @@ class EngineConfig:
     """Placement policy, admission policy and the path through kube-scheduler."""
 
     policy: str = "best-fit"
-    admission: str = AGING_GUARD
+    admission: str = DEFAULT_ADMISSION
     model: SchedulerModel = field(default_factory=SchedulerModel)
     age_limit_s: float = DEFAULT_AGE_LIMIT
+    age_limits: tuple[tuple[str, float], ...] = ()  # per product: (product, T) over age_limit_s
+    max_drain_targets: int | None = None  # None: the admission strategy's default
+    drain_horizon_s: float | None = None  # drain-soonest's horizon; None: its default
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -165,8 +168,9 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     baselines.prepare(seed, requests)
     scheduler = Scheduler(ledger, policy, config.model, seed=seed, use_index=config.use_index)
     rng = random.Random(seed + 1)  # bind latencies; the scheduler's generator breaks ties
-    queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission,
-                       reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s)
+    queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
+                       reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
+                       max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s)
     capacity = ledger.capacity_milli()
     n = len(jobs)
     classes: dict[str, int] = {}

@@ -6,10 +6,11 @@ import argparse
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from packing.policies import DEFAULT_POLICY, POLICIES
-from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_AGE_LIMIT
+from packing.queue import ADMISSION_POLICIES, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT
 from simulations import metrics, protocol_b, registry
 from simulations.cluster import DEFAULT_CARD_LABEL
 from simulations.scheduler import SCORES, TIES
@@ -116,9 +117,10 @@ def scheduler_options(ap: argparse.ArgumentParser) -> None:
 def queue_options(ap: argparse.ArgumentParser) -> None:
     """Protocol B options: queue admission, load and cluster size."""
     g = ap.add_argument_group("protocol B: queue and load")
-    g.add_argument("--admission", default=AGING_GUARD,
-                   help=f"queue admission policy, or several comma-separated (default {AGING_GUARD}); "
-                   f"one of: {', '.join(ADMISSION_POLICIES)}")
+    g.add_argument("--admission", default=None,
+                   help=f"queue admission policy, or several comma-separated (default {DEFAULT_ADMISSION}); "
+                   f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
+                   "limit), PRODUCT (its age limit), heads (claims holding drain targets), horizon")
     g.add_argument("--rho", type=parse_rho, default=0.85, help="target offered load (default 0.85); 'none' keeps "
                    "the workload's own timing")
     g.add_argument("--arrivals", choices=protocol_b.ARRIVALS, default="poisson",
@@ -168,11 +170,63 @@ def chosen_policies(args: argparse.Namespace) -> list[str]:
     return _names(args.policy, list(POLICIES), "policy")
 
 
-def chosen_admissions(args: argparse.Namespace) -> list[str]:
-    """The admission policies asked for (all of them with ``--compare``)."""
-    if getattr(args, "compare", False):
-        return list(ADMISSION_POLICIES)
-    return _names(args.admission, ADMISSION_POLICIES, "admission policy")
+@dataclass(frozen=True)
+class AdmissionChoice:
+    """An admission strategy with its settings, as written on the command line: ``NAME`` or
+    ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
+    limit), ``heads`` (how many claims may hold drain targets) and ``horizon`` (drain-soonest's)."""
+
+    label: str
+    name: str
+    age_limits: tuple[tuple[str, float], ...] = ()
+    age_limit_s: float | None = None  # None: --age-limit
+    max_drain_targets: int | None = None  # None: the strategy's default
+    drain_horizon_s: float | None = None  # None: the strategy's default
+
+
+def parse_admission(text: str) -> AdmissionChoice:
+    """``drain-soonest:heads=16:v100-100=0:T=4h`` and the like; UsageError names what is wrong."""
+    name, *settings = [part.strip() for part in text.strip().split(":")]
+    if name not in ADMISSION_POLICIES:
+        raise UsageError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
+    limits: dict[str, float] = {}
+    default: float | None = None
+    heads: int | None = None
+    horizon: float | None = None
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise UsageError(f"admission setting {item!r} in {text!r} must look like key=value")
+        try:
+            if key == "heads":
+                heads = positive_int(value)
+            elif key == "horizon":
+                horizon = parse_duration(value)
+            elif key == "T":
+                default = parse_duration(value)
+            else:
+                limits[key] = parse_duration(value)
+        except argparse.ArgumentTypeError as e:
+            raise UsageError(f"admission setting {item!r} in {text!r}: {e}") from None
+    return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon)
+
+
+def split_admissions(text: str) -> list[str]:
+    """The comma-separated admission specs of ``--admission``."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def chosen_admissions(args: argparse.Namespace) -> list[AdmissionChoice]:
+    """The admission strategies asked for (all of them, at their defaults, with ``--compare`` or with
+    ``--compare-admission`` and no ``--admission``)."""
+    given = getattr(args, "admission", None)
+    compare_all = getattr(args, "compare", False) or (getattr(args, "compare_admission", False) and given is None)
+    if compare_all:
+        return [AdmissionChoice(n, n) for n in ADMISSION_POLICIES]
+    specs = split_admissions(given or DEFAULT_ADMISSION)
+    if not specs:
+        raise UsageError("no admission policy given")
+    return [parse_admission(spec) for spec in specs]
 
 
 def output_paths(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:

@@ -118,3 +118,40 @@ def sizing_curve(points: Sequence[tuple[int, float]], target_s: float, answer: i
     ax.set_title(title)
     ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def frontier(points: Sequence[Mapping[str, Any]], path: str | Path, title: str,
+             goal: tuple[float, float] | None = (10.0, 56.0)) -> Path:
+    """Admission strategies: quarter-slice p99 wait against whole-card p99 wait (minutes), one numbered
+    point per strategy and setting (mean of per-seed p99, bars: 95 % interval; a cross: the pooled
+    p99), and the goal region."""
+    from matplotlib.ticker import FuncFormatter
+
+    fig, (ax, key) = plt.subplots(1, 2, figsize=(10, 5.2), gridspec_kw={"width_ratios": [3.2, 1.3]})
+    if goal is not None:
+        ax.fill_between([0, goal[0]], 0, goal[1], color="tab:green", alpha=0.15, zorder=0,
+                        label=f"goal: quarter ≤ {goal[0]:g} and whole ≤ {goal[1]:g} min")
+    at: dict[tuple[float, float], list[str]] = {}
+    for i, p in enumerate(points, start=1):
+        colour = f"C{(i - 1) % 10}"
+        ax.errorbar(p["quarter"], p["whole"], xerr=p["quarter_hw"], yerr=p["whole_hw"], fmt="o", ms=6,
+                    color=colour, ecolor=colour, elinewidth=0.8, capsize=2, zorder=3)
+        ax.plot(p["quarter_pooled"], p["whole_pooled"], "x", ms=5, color=colour, zorder=3)
+        at.setdefault((round(p["quarter"], 1), round(p["whole"], 1)), []).append(str(i))
+    for (x, y), names in at.items():  # points that coincide share one label
+        ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    ax.plot([], [], "ok", ms=5, label="mean of per-seed p99 (bars: 95 % interval)")
+    ax.plot([], [], "xk", ms=5, label="pooled p99")
+    ax.set_xscale("symlog", linthresh=1.0)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("quarter-slice (v100-25) p99 wait, minutes (log scale above 1)")
+    ax.set_ylabel("whole-card (v100-100) p99 wait, minutes")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    key.axis("off")
+    rows = [f"{i}: {p['label']}" for i, p in enumerate(points, start=1)]
+    key.text(0.0, 1.0, "\n".join(rows), va="top", ha="left", fontsize=7, family="monospace",
+             transform=key.transAxes, wrap=True)
+    return _save(fig, path)

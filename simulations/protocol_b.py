@@ -10,13 +10,15 @@ and tie-breaking.
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from packing.products import Catalog, Request
 from simulations import metrics
 from simulations.cluster import CardModel, build_ledger, card_model_for, card_nodes
-from simulations.engine import EngineConfig, Simulation, simulate
+from simulations.engine import NEVER, EngineConfig, Simulation, simulate
 from simulations.synthetic import compress, resample
 from simulations.traces import Job, NodeSpec
 from simulations.workload import job_request
@@ -58,6 +60,76 @@ class ProtocolBResult:
 
     def pooled(self) -> dict[str, object]:
         return metrics.pooled(self.simulations, self.config.sla_s)
+
+    def per_seed(self, q: float = 99.0) -> dict[str, SeedSpread]:
+        """Per product (and ``all``): the q-th percentile wait of each seed's run, their mean and its
+        95 % confidence interval -- beside the pooled figure, which mixes the seeds' jobs."""
+        return per_seed_percentiles(self.simulations, q)
+
+    def capped_jobs(self, cap_s: float | None) -> int:
+        """How many of the simulated jobs (every seed) run exactly the runtime cap."""
+        if cap_s is None:
+            return 0
+        return sum(1 for sim in self.simulations for r in sim.runtime if r != NEVER and r >= cap_s)
+
+    def simulated_jobs(self) -> int:
+        return sum(len(sim.arrival) for sim in self.simulations)
+
+
+# Student's t, 97.5 % quantile, by degrees of freedom: the 95 % interval of a mean over few seeds
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
+         11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093,
+         20: 2.086, 25: 2.060, 30: 2.042, 40: 2.021, 60: 2.000, 120: 1.980}
+
+
+def t975(dof: int) -> float:
+    """Student's t 97.5 % quantile for ``dof`` >= 1 degrees of freedom (the next tabulated one down)."""
+    if dof < 1:
+        raise ValueError("a confidence interval needs at least two values")
+    return _T975[max(k for k in _T975 if k <= dof)] if dof <= 120 else 1.960
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """One figure measured once per seed: the values, their mean and the 95 % interval of the mean."""
+
+    values: tuple[float, ...]
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values) if self.values else math.nan
+
+    @property
+    def half_width(self) -> float:
+        """Half the 95 % confidence interval of the mean (t-distribution); NaN with one value."""
+        finite = [v for v in self.values if math.isfinite(v)]
+        if len(finite) != len(self.values) or len(finite) < 2:
+            return math.nan
+        return t975(len(finite) - 1) * statistics.stdev(finite) / math.sqrt(len(finite))
+
+    def as_dict(self) -> dict[str, object]:
+        return {"per_seed": list(self.values), "mean": self.mean, "ci95_half_width": self.half_width}
+
+
+def per_seed_percentiles(sims: Sequence[Simulation], q: float) -> dict[str, SeedSpread]:
+    """The q-th percentile wait per product of every run (a product a run lacks counts as NaN)."""
+    runs = [metrics.waits_by_class(sim) for sim in sims]
+    products = sorted({p for w in runs for p in w})
+    out: dict[str, SeedSpread] = {}
+    for product in products:
+        values = []
+        for waits in runs:
+            stats = waits.get(product)
+            values.append(math.nan if stats is None else _quantile(stats, q))
+        out[product] = SeedSpread(tuple(values))
+    return out
+
+
+def _quantile(stats: metrics.WaitStats, q: float) -> float:
+    by_q = {50.0: stats.p50_s, 90.0: stats.p90_s, 99.0: stats.p99_s}
+    if float(q) not in by_q:
+        raise ValueError(f"per-seed percentiles are kept for {sorted(by_q)}, not {q}")
+    return by_q[float(q)]
 
 
 def timed_jobs(pool: Sequence[Job]) -> list[Job]:

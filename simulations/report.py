@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -114,31 +115,131 @@ def protocol_b_rows(results: Mapping[tuple[str, str], Mapping[str, Any]]) -> lis
 
 
 def protocol_b_text(results: Mapping[tuple[str, str], Mapping[str, Any]], header: Mapping[str, Any]) -> str:
-    """Waits per product in minutes (p50 / p90 / p99 / max) and utilisation, one block per run."""
+    """Waits per product in minutes and utilisation, one block per run: p50 / p90 / p99 / max pooled
+    over the seeds' jobs, and the mean of the per-seed p99 with its 95 % interval."""
+    runs = header.get("runs") or 1
     lines = [f"protocol B  {header.get('workload', '?')}  cards {header.get('cards')}  "
              f"ρ {_fmt(header.get('offered_load'))}  rounding {header.get('rounding')}  ties {header.get('ties')}  "
              f"scores {header.get('scores')}  seeds {header.get('seeds')}"]
     cap = header.get("runtime_cap")
     if cap:
-        lines.append(f"runtimes capped at {_minutes(cap.get('runtime_cap_s'))} min: {cap.get('capped_jobs')} jobs "
-                     f"({_fmt(cap.get('capped_pct'))} %) capped, {_fmt(cap.get('gpu_time_removed_pct'))} % of "
-                     f"GPU-time removed; {cap.get('dropped_never_ran')} never-run pods dropped")
+        lines.append(runtime_cap_text(cap))
     for (policy, admission), s in results.items():
         lines.append("")
         lines.append(f"{policy} + {admission}: utilisation {s['utilisation_pct']:.1f} %, offered ρ "
                      f"{_fmt(s['offered_load'])}, cards in use {s['cards_in_use']:.1f} vs bound "
                      f"{s['lower_bound_cards']:.1f}, stranded {s['stranded_pct']:.2f} %, "
                      f"max wait {_minutes(s['max_wait_s'])} min, never started {s['never_started']}")
-        lines.append(f"  {'product':<14} {'jobs':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}  (wait, min)")
+        pooled = f"pooled over {runs} runs" if runs > 1 else "one run"
+        seeded = "   p99 per seed: mean [95 % CI]" if runs > 1 else ""
+        lines.append(f"  {'product':<14} {'jobs':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}{seeded}  "
+                     f"(wait, min; p50..max {pooled})")
+        spread = s.get("per_seed_p99") or {}
         for product, w in s["waits"].items():
-            lines.append(f"  {product:<14} {w['jobs']:>7} {_minutes(w['p50_s']):>7} {_minutes(w['p90_s']):>7} "
-                         f"{_minutes(w['p99_s']):>7} {_minutes(w['max_s']):>7}")
+            line = (f"  {product:<14} {w['jobs']:>7} {_minutes(w['p50_s']):>7} {_minutes(w['p90_s']):>7} "
+                    f"{_minutes(w['p99_s']):>7} {_minutes(w['max_s']):>7}")
+            if runs > 1 and product in spread:
+                line += f"   {_spread(spread[product])}"
+            lines.append(line)
         spaces = s.get("namespaces") or {}
         if 1 < len(spaces) <= MAX_NAMESPACE_LINES:
             shares = ", ".join(f"{ns} {v['served_share_pct']:.0f}/{v['demand_share_pct']:.0f} % "
                                f"(p99 {_minutes(v['p99_wait_s'])} min)" for ns, v in spaces.items())
             lines.append(f"  namespaces, GPU-time served/demanded: {shares}")
     return "\n".join(lines)
+
+
+def runtime_cap_text(cap: Mapping[str, Any]) -> str:
+    """What the runtime cap did: to the trace's jobs (the pool drawn from) and to the jobs simulated."""
+    text = (f"runtimes capped at {_minutes(cap.get('runtime_cap_s'))} min: {cap.get('capped_jobs')} of the "
+            f"{cap.get('jobs')} jobs in the trace's pool ({_fmt(cap.get('capped_pct'))} %) ran longer and were cut, "
+            f"removing {_fmt(cap.get('gpu_time_removed_pct'))} % of its GPU-time")
+    simulated = cap.get("simulated_jobs")
+    if simulated:
+        at_cap = cap.get("simulated_at_cap", 0)
+        text += (f"; {at_cap} of the {simulated} jobs simulated (all seeds, {100.0 * at_cap / simulated:.2f} %) "
+                 "run at the cap")
+    return text + f"; {cap.get('dropped_never_ran')} never-run pods dropped"
+
+
+def _spread(d: Mapping[str, Any]) -> str:
+    mean, hw = d.get("mean"), d.get("ci95_half_width")
+    if not isinstance(mean, (int, float)) or not math.isfinite(mean):
+        return "-"
+    if not isinstance(hw, (int, float)) or not math.isfinite(hw):
+        return f"{mean / 60:.1f}"
+    return f"{mean / 60:.1f} [{max(0.0, mean - hw) / 60:.1f}, {(mean + hw) / 60:.1f}]"
+
+
+# ---- admission comparison ------------------------------------------------------------------------
+
+QUARTER, WHOLE = "v100-25", "v100-100"  # the frontier's two products (the catalog's smallest and whole slice)
+
+
+def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
+                         saturated: Mapping[tuple[str, str], Mapping[str, Any]], header: Mapping[str, Any]) -> str:
+    """The admission strategies side by side: per product the pooled p99 and the mean of the per-seed
+    p99 with its 95 % interval; utilisation, the longest wait and, when measured, the usable capacity
+    (utilisation at the saturation load)."""
+    runs = header.get("runs") or 1
+    sat_rho = next((v.get("rho") for v in saturated.values()), None)
+    lines = [f"admission comparison: {header.get('workload', '?')}, {header.get('cards')} cards, ρ "
+             f"{_fmt(header.get('offered_load'))}, seeds {header.get('seeds')} ({runs} runs); waits in minutes",
+             "  pooled p99: over every seed's jobs together; per-seed p99: the mean of each run's own p99, "
+             "with the 95 % interval of that mean"]
+    sat_head = f"  usable % at ρ {sat_rho}" if sat_rho is not None else ""
+    lines.append(f"{'admission':<44} {'product':<12} {'pooled p99':>10}  {'per-seed p99 [95 % CI]':<24}"
+                 f"{'max':>7} {'util %':>7}{sat_head}")
+    for (policy, admission), s in results.items():
+        label = admission if len({p for p, _ in results}) == 1 else f"{policy} + {admission}"
+        spread = s.get("per_seed_p99") or {}
+        products = [*sorted((p for p in s["waits"] if p != "all"), key=product_order), "all"]
+        for i, product in enumerate(products):
+            w = s["waits"][product]
+            tail = ""
+            if i == 0:
+                tail = f"{_minutes(s['max_wait_s']):>7} {s['utilisation_pct']:>7.2f}"
+                sat = saturated.get((policy, admission))
+                if sat is not None:
+                    hw = sat.get("utilisation_ci95_half_width")
+                    pm = f" ± {hw:.2f}" if isinstance(hw, float) and math.isfinite(hw) else ""
+                    tail += f"  {sat['utilisation_pct']:.2f}{pm}"
+            line = (f"{label if i == 0 else '':<44} {product:<12} {_minutes(w['p99_s']):>10}  "
+                    f"{_spread(spread.get(product) or {}):<24}{tail}")
+            lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+def product_order(name: str) -> tuple[int, int, str]:
+    """Products by cards then size (``v100-25`` < ``v100-50`` < ``v100-100`` < ``v100-100x2``), others after."""
+    m = re.search(r"(\d+)(?:x(\d+))?$", name)
+    if m is None:
+        return (1 << 30, 0, name)
+    return (int(m.group(2) or 1), int(m.group(1)), name)
+
+
+def frontier_points(results: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per run: quarter and whole-card p99 (per-seed mean, its interval, and pooled), in minutes; empty
+    when the workload lacks one of the two products."""
+    points: list[dict[str, Any]] = []
+    multi = len({p for p, _ in results}) > 1
+    for (policy, admission), s in results.items():
+        spread = s.get("per_seed_p99") or {}
+        if QUARTER not in s["waits"] or WHOLE not in s["waits"] or QUARTER not in spread or WHOLE not in spread:
+            continue
+        q, w = spread[QUARTER], spread[WHOLE]
+        points.append({
+            "label": f"{policy} + {admission}" if multi else admission,
+            "quarter": q["mean"] / 60, "quarter_hw": _hw_minutes(q), "whole": w["mean"] / 60,
+            "whole_hw": _hw_minutes(w), "quarter_pooled": s["waits"][QUARTER]["p99_s"] / 60,
+            "whole_pooled": s["waits"][WHOLE]["p99_s"] / 60,
+        })
+    return points
+
+
+def _hw_minutes(d: Mapping[str, Any]) -> float:
+    hw = d.get("ci95_half_width")
+    return hw / 60 if isinstance(hw, (int, float)) and math.isfinite(hw) else 0.0
 
 
 def _fmt(value: Any) -> str:

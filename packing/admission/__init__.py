@@ -3,7 +3,8 @@ in the manner of Kueue's ``cluster_queue_best_effort_fifo.go`` / ``cluster_queue
 
 * ``best_effort_fifo``: admit every claim that fits, in queue order;
 * ``strict_fifo``: stop at the first claim that does not fit;
-* ``aging_guard``: best effort, and a starving claim holds a node until it drains for it.
+* ``aging_guard``: best effort, and a starving claim holds a node until it drains for it;
+* ``drain_soonest``: starving claims first, each holding the GPUs that should free for it soonest.
 
 Each is ``step(view) -> admissions`` over an ``AdmissionView`` (``packing.admission.view``), with
 its guarantee in its module docstring and its own tests (``tests/unit/test_queue_<name>.py``).
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from packing.admission.aging_guard import AgingGuard
 from packing.admission.best_effort_fifo import BestEffortFifo
+from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
 from packing.admission.strict_fifo import StrictFifo
 from packing.admission.view import AdmissionView, Strategy
 from packing.claims import (
@@ -20,19 +22,25 @@ from packing.claims import (
     AGING_GUARD,
     BEST_EFFORT_FIFO,
     DEFAULT_DRAIN_TARGETS,
+    DRAIN_SOONEST,
     STRICT_FIFO,
     QueueError,
 )
 
-__all__ = ["AdmissionView", "AgingGuard", "BestEffortFifo", "Strategy", "StrictFifo", "make_strategy"]
+__all__ = ["AdmissionView", "AgingGuard", "BestEffortFifo", "DrainSoonest", "Strategy", "StrictFifo",
+           "make_strategy"]
 
 
-def make_strategy(name: str, max_drain_targets: int = DEFAULT_DRAIN_TARGETS) -> Strategy:
-    """A fresh strategy object of that name (QueueError for an unknown name)."""
+def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon: float | None = None) -> Strategy:
+    """A fresh strategy object of that name (QueueError for an unknown name); ``max_drain_targets``
+    caps how many claims hold drain targets at once, ``drain_horizon`` is drain-soonest's horizon
+    in seconds (None: the strategy's default)."""
     if name == BEST_EFFORT_FIFO:
         return BestEffortFifo()
     if name == STRICT_FIFO:
         return StrictFifo()
     if name == AGING_GUARD:
-        return AgingGuard(max_drain_targets)
+        return AgingGuard(max_drain_targets or DEFAULT_DRAIN_TARGETS)
+    if name == DRAIN_SOONEST:
+        return DrainSoonest(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon)
     raise QueueError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")

@@ -14,9 +14,17 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.admission import AgingGuard
+from packing.admission import AgingGuard, DrainSoonest
 from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
-from packing.explain import FITS_NOW, capacity_message, guard_message, starving_message, unsatisfiable_message
+from packing.explain import (
+    FITS_NOW,
+    capacity_message,
+    drain_blocked_message,
+    drain_message,
+    guard_message,
+    starving_message,
+    unsatisfiable_message,
+)
 from packing.ledger import Ledger, Node
 from packing.policies import BEST_FIT, POLICIES
 from packing.products import Request, load_catalog
@@ -25,6 +33,7 @@ from packing.queue import (
     ADMISSION_POLICIES,
     AGING_GUARD,
     BLOCKED_BY_HEAD_OF_LINE,
+    DRAIN_SOONEST,
     NO_CAPACITY,
     QUOTA_EXCEEDED,
     REASONS,
@@ -106,6 +115,26 @@ def could_hold(node: Node, r: Request) -> bool:
                and g.memory_mib >= r.memory_mib) >= r.count
 
 
+def gpu_words(ledger: Ledger, node: str, gpus: tuple[str, ...]) -> str:
+    cards = ", ".join(str(ledger.gpus[u].index) for u in gpus)
+    return f"GPU {cards} of node {node}" if len(gpus) == 1 else f"GPUs {cards} of node {node}"
+
+
+def fits_off(ledger: Ledger, r: Request, held: set[str], only: tuple[str, ...] | None = None) -> bool:
+    """Does ``r`` fit now on GPUs outside ``held`` (and, with ``only``, among those)?"""
+    for n in ledger.nodes.values():
+        if n.cpu_milli is not None and r.cpu_milli > n.free_cpu:
+            continue
+        if n.memory_mib is not None and r.host_memory_mib > n.free_mem:
+            continue
+        ok = [g for g in n.gpus if g.uuid not in held and (only is None or g.uuid in only)
+              and r.accepts_model(g.model) and g.memory_mib >= r.memory_mib
+              and (g.empty if r.whole else g.free_milli >= r.milli and g.free_mib >= r.memory_mib)]
+        if len(ok) >= r.count:
+            return True
+    return False
+
+
 def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     """Every claim on its own, in ``q.in_order()``: no memo, no classes."""
     out: list[Explanation] = []
@@ -116,6 +145,9 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     headed: set[Request] = set()
     slack = q.reservation_ttl or 0.0
     guard = q.strategy
+    drain_heads = guard.gpu_targets() if isinstance(guard, DrainSoonest) else {}
+    drain_heads = {c: t for c, t in drain_heads.items() if q.state(c) == "waiting"}
+    drain_held = {u for t in drain_heads.values() for u in t.gpus}
     for position, w in enumerate(q.in_order(), start=1):
         r, product, limit = w.request, w.product, q.age_limit(w.product)
         quota = shortfall(q.entitlement(w.namespace), w.namespace, r, _Snapshot(q.usage(w.namespace)))
@@ -150,6 +182,22 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                 elif fit and not any(h_est is not None and w.time_limit is not None
                                      and now + slack + w.time_limit <= h_est for _, h_est, _ in on):
                     reason, message = BLOCKED_BY_HEAD_OF_LINE, on[0][2]
+            elif q.admission == DRAIN_SOONEST:
+                if w.claim in drain_heads:
+                    t = drain_heads[w.claim]
+                    need = message if not fit else "fits only on GPUs held for claims ahead of it"
+                    where = gpu_words(q.ledger, t.node, t.gpus)
+                    text = drain_message(w, where, now, t.drains_by, limit)
+                    reason, message, est = WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
+                elif fit and drain_held and not fits_off(q.ledger, r, drain_held):
+                    on_t = [(c, t) for c, t in drain_heads.items() if fits_off(q.ledger, r, set(), t.gpus)]
+                    if not any(t.drains_by is not None and w.time_limit is not None
+                               and now + slack + w.time_limit <= t.drains_by for _, t in on_t):
+                        c, t = on_t[0] if on_t else next(iter(drain_heads.items()))
+                        head = q.claim(c)
+                        reason = BLOCKED_BY_HEAD_OF_LINE
+                        message = drain_blocked_message(head, gpu_words(q.ledger, t.node, t.gpus), now,
+                                                        t.drains_by, q.age_limit(head.product))
         per_product[product] = per_product.get(product, 0) + 1
         out.append(Explanation(w.claim, w.namespace, product, position, per_product[product], reason, message,
                                max(0.0, now - w.arrived_at), w.priority, est))
@@ -183,7 +231,8 @@ def test_the_random_queues_reach_every_reason_and_policy() -> None:
     expected = {(a, r) for a in ADMISSION_POLICIES for r in REASONS
                 if r not in (WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE)}
     expected |= {(STRICT_FIFO, BLOCKED_BY_HEAD_OF_LINE), (AGING_GUARD, BLOCKED_BY_HEAD_OF_LINE),
-                 (AGING_GUARD, WAITING_FOR_RESERVATION)}
+                 (AGING_GUARD, WAITING_FOR_RESERVATION), (DRAIN_SOONEST, BLOCKED_BY_HEAD_OF_LINE),
+                 (DRAIN_SOONEST, WAITING_FOR_RESERVATION)}
     assert expected <= seen, f"never reached: {sorted(expected - seen)}"
     assert estimates == {True, False}
 

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packing.admission import DrainSoonest
+from packing.admission.holds import is_hold
 from packing.entitlements import Entitlement, product_name
 from packing.ledger import Ledger
 from packing.policies import BEST_FIT, POLICIES, Policy
@@ -38,6 +40,7 @@ from packing.queue import (
     AGING_GUARD,
     BEST_EFFORT_FIFO,
     BLOCKED_BY_HEAD_OF_LINE,
+    DRAIN_SOONEST,
     NO_CAPACITY,
     QUOTA_EXCEEDED,
     REASONS,
@@ -79,6 +82,18 @@ def could_ever_fit(ledger: Ledger, r: Request) -> bool:
         sum(1 for g in n.gpus if r.accepts_model(g.model) and g.memory_mib >= r.memory_mib) >= r.count
         for n in ledger.nodes.values()
     )
+
+
+def fits_off_gpus(ledger: Ledger, r: Request, held: set[str]) -> bool:
+    """Does ``r`` fit now on some node using only GPUs outside ``held``?"""
+    for n in ledger.nodes.values():
+        if n.cpu_milli is not None and r.cpu_milli > n.free_cpu:
+            continue
+        ok = [g for g in n.gpus if g.uuid not in held and r.accepts_model(g.model) and g.memory_mib >= r.memory_mib
+              and (g.empty if r.whole else g.free_milli >= r.milli and g.free_mib >= r.memory_mib)]
+        if len(ok) >= r.count:
+            return True
+    return False
 
 
 def within(ent: Entitlement | None, slices: dict[str, int], milli: int, r: Request) -> bool:
@@ -199,9 +214,33 @@ class Harness:
             self.running[a.claim] = Running(c.namespace, c.request, self.now, c.time_limit)
             self.admitted.append(a.claim)
             self.starving_admitted += a.claim in starving
+        if self.admission == DRAIN_SOONEST:
+            self.check_drain_heads()
         self.check_explain()
         self.targets = self.queue.drain_targets()
         return admissions
+
+    def held_gpus(self) -> set[str]:
+        strategy = self.queue.strategy
+        if not isinstance(strategy, DrainSoonest):
+            return set()
+        return {u for c, t in strategy.gpu_targets().items() if c in self.waiting for u in t.gpus}
+
+    def check_drain_heads(self) -> None:
+        """drain-soonest: no hold outlives the step; heads starve, hold disjoint GPUs, at most the cap."""
+        assert not [a for a in self.ledger.allocations if is_hold(a)], "a hold outlived its step"
+        strategy = self.queue.strategy
+        assert isinstance(strategy, DrainSoonest)
+        heads = strategy.gpu_targets()
+        assert len(heads) <= strategy.cap(self.ledger)
+        seen: set[str] = set()
+        for head, target in heads.items():
+            c = self.waiting[head]
+            assert self.now - c.arrived_at > AGE_LIMIT, f"{head} holds GPUs without starving"
+            assert len(target.gpus) == c.request.count
+            assert {self.ledger.gpus[u].node for u in target.gpus} == {target.node}
+            assert not seen & set(target.gpus), "two heads hold the same GPU"
+            seen |= set(target.gpus)
 
     def check_entitlements(self, admissions: list[Admission], before: dict[str, WaitingClaim]) -> None:
         slices, milli = self.usage()
@@ -300,11 +339,12 @@ class Harness:
             assert positions == list(range(1, len(positions) + 1))
         slices, milli = self.usage()
         targets = self.queue.drain_targets()
-        held = set(targets.values())
+        held = set(targets.values()) if self.admission != DRAIN_SOONEST else set()
         outside = [n for n in self.ledger.nodes if n not in held]
-        if self.admission == AGING_GUARD:
+        held_gpus = self.held_gpus()
+        if self.admission in (AGING_GUARD, DRAIN_SOONEST):
             heads = {e.claim for e in explained if e.reason == WAITING_FOR_RESERVATION}
-            assert heads == set(targets), f"explain names heads {heads}, admit held nodes for {set(targets)}"
+            assert heads == set(targets), f"explain names heads {heads}, admit held capacity for {set(targets)}"
         for e in explained:
             c = self.waiting[e.claim]
             assert e.reason in REASONS and e.reason != ADMISSIBLE, f"{e.claim}: {e.reason} after a step"
@@ -317,9 +357,11 @@ class Harness:
             if holdable:
                 assert (e.reason == QUOTA_EXCEEDED) == (not allowed)
             fits_outside = self.policy.choose(self.ledger, c.request, outside) is not None
+            if self.admission == DRAIN_SOONEST:
+                fits_outside = fits_off_gpus(self.ledger, c.request, held_gpus)
             if e.reason in (NO_CAPACITY, WAITING_FOR_RESERVATION):
                 assert not fits_outside, f"{e.claim} waits for capacity while a slice it fits is free"
-            if e.reason == NO_CAPACITY and self.admission != AGING_GUARD:
+            if e.reason == NO_CAPACITY and self.admission not in (AGING_GUARD, DRAIN_SOONEST):
                 assert not fits
             if e.reason == BLOCKED_BY_HEAD_OF_LINE:
                 assert fits and self.admission != BEST_EFFORT_FIFO
@@ -327,9 +369,12 @@ class Harness:
                     assert not fits_outside, f"{e.claim} is held back though it fits off every drain target"
                     assert any(f"holding node {n} for the head of the line" in e.message for n in held
                                if self.policy.choose(self.ledger, c.request, [n]) is not None)
+            if e.reason == BLOCKED_BY_HEAD_OF_LINE and self.admission == DRAIN_SOONEST:
+                assert not fits_outside and "held for the head of the line" in e.message
             if e.reason == WAITING_FOR_RESERVATION:
-                assert self.admission == AGING_GUARD and self.now - c.arrived_at > AGE_LIMIT
-                assert f"holding node {targets[e.claim]} for it" in e.message
+                assert self.admission in (AGING_GUARD, DRAIN_SOONEST) and self.now - c.arrived_at > AGE_LIMIT
+                assert f"of node {targets[e.claim]} for it" in e.message if self.admission == DRAIN_SOONEST \
+                    else f"holding node {targets[e.claim]} for it" in e.message
 
 
 quota = st.one_of(
@@ -353,7 +398,7 @@ event = st.integers(0, 9).flatmap(lambda i: arrive if i < 5 else tick if i < 7 e
 
 
 @settings(max_examples=200, deadline=None)
-@given(admission=st.sampled_from([AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO]),
+@given(admission=st.sampled_from([AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO, DRAIN_SOONEST]),
        policy=st.sampled_from(sorted(POLICIES)),
        quotas=st.dictionaries(st.sampled_from(NAMESPACES), quota, max_size=2),
        events=st.lists(event, min_size=10, max_size=60))
