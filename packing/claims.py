@@ -17,8 +17,8 @@ AGING_GUARD = "aging-guard"
 BEST_EFFORT_FIFO = "best-effort-fifo"
 STRICT_FIFO = "strict-fifo"
 DRAIN_SOONEST = "drain-soonest"
-ADMISSION_POLICIES = (AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO, DRAIN_SOONEST)
-DEFAULT_ADMISSION = AGING_GUARD
+ADMISSION_POLICIES = (DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO)  # the default first
+DEFAULT_ADMISSION = DRAIN_SOONEST
 DEFAULT_DRAIN_TARGETS = 8  # the reference study's best variant; also capped at a quarter of the nodes
 DEFAULT_AGE_LIMIT = 3600.0  # seconds: the protocol B study's T, 2-4 points of capacity at saturation
 

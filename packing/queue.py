@@ -82,14 +82,15 @@ class ClaimQueue:
         admission: str = DEFAULT_ADMISSION,
         age_limits: Mapping[str, float] | None = None,
         reservation_ttl: float | None = None,
-        default_age_limit: float = DEFAULT_AGE_LIMIT,
+        default_age_limit: float | None = None,
         max_drain_targets: int | None = None,
         drain_horizon: float | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
         limits = dict(age_limits or {})
-        for product, limit in [*limits.items(), ("default", default_age_limit)]:
+        given = [("default", default_age_limit)] if default_age_limit is not None else []
+        for product, limit in [*limits.items(), *given]:
             if not (_finite(limit) and limit >= 0):
                 raise QueueError(f"age limit for {product} must be a finite number of seconds >= 0, got {limit!r}")
         if reservation_ttl is not None and not (_finite(reservation_ttl) and reservation_ttl > 0):
@@ -103,7 +104,7 @@ class ClaimQueue:
         self.policy = policy
         self.admission = admission
         self.age_limits = limits
-        self.default_age_limit = float(default_age_limit)
+        self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
         self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon)
         self._seq = 0
@@ -248,13 +249,20 @@ class ClaimQueue:
         """Waiting claims in queue order."""
         return self._order.in_order()
 
-    def age_limit(self, product: str) -> float:
-        """T for ``product``: once a claim has waited longer, it starves (the strategies that age act)."""
-        return self.age_limits.get(product, self.default_age_limit)
+    def age_limit(self, product: str, request: Request | None = None) -> float:
+        """T for ``product``: once a claim has waited longer, it starves (the strategies that age act).
+        Its own limit, else ``default_age_limit``, else the strategy's default for requests like
+        ``request`` (``DEFAULT_AGE_LIMIT`` without one)."""
+        limit = self.age_limits.get(product)
+        if limit is not None:
+            return limit
+        if self.default_age_limit is not None:
+            return self.default_age_limit
+        return self.strategy.default_age_limit(request) if request is not None else DEFAULT_AGE_LIMIT
 
     def starving(self, claim: WaitingClaim, now: float) -> bool:
         """Has ``claim`` waited longer than its product's age limit?"""
-        return now - claim.arrived_at > self.age_limit(claim.product)
+        return now - claim.arrived_at > self.age_limit(claim.product, claim.request)
 
     def estimated_start(self, request: Request, now: float, nodes: Collection[str] | None = None) -> float | None:
         """When running claims' declared ends make ``request`` fit (on one of ``nodes`` when given;

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from packing.ledger import Allocation
 from packing.policies import get_policy
 from packing.products import Request
-from packing.queue import DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT, ClaimQueue, WaitingClaim
+from packing.queue import DEFAULT_ADMISSION, ClaimQueue, WaitingClaim
 from simulations import baselines, registry  # noqa: F401  (registers the simulator policies)
 from simulations.cluster import TrackedLedger
 from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel
@@ -49,7 +49,7 @@ class EngineConfig:
     policy: str = "best-fit"
     admission: str = DEFAULT_ADMISSION
     model: SchedulerModel = field(default_factory=SchedulerModel)
-    age_limit_s: float = DEFAULT_AGE_LIMIT
+    age_limit_s: float | None = None  # T of every product without its own; None: the strategy's defaults
     age_limits: tuple[tuple[str, float], ...] = ()  # per product: (product, T) over age_limit_s
     max_drain_targets: int | None = None  # None: the admission strategy's default
     drain_horizon_s: float | None = None  # drain-soonest's horizon; None: its default

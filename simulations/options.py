@@ -130,8 +130,10 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--host", action="store_true", help="track node CPU/RAM in protocol B (default: GPU only)")
     g.add_argument("--max-job-cards", type=positive_int, metavar="N",
                    help="drop jobs asking for more than N cards (reported); e.g. 1 for single-card jobs only")
-    g.add_argument("--age-limit", type=parse_duration, default=DEFAULT_AGE_LIMIT, metavar="DUR",
-                   help="aging guard's T (default 60m)")
+    g.add_argument("--age-limit", type=parse_duration, default=None, metavar="DUR",
+                   help=f"T, the age past which a claim starves, for every product (default: the admission "
+                   f"strategy's own: aging-guard {DEFAULT_AGE_LIMIT / 60:.0f}m; drain-soonest by size, see "
+                   "packing/QUEUE.md)")
     g.add_argument("--sla", type=parse_duration, default=metrics.DEFAULT_SLA_S, metavar="DUR",
                    help="waits above this count as starvation (default 60m)")
     g.add_argument("--reservation-ttl", type=parse_duration, metavar="DUR",

@@ -23,7 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from packing.admission.view import AdmissionView
-from packing.claims import AGING_GUARD, DEFAULT_DRAIN_TARGETS, Admission, WaitingClaim
+from packing.claims import AGING_GUARD, DEFAULT_AGE_LIMIT, DEFAULT_DRAIN_TARGETS, Admission, WaitingClaim
 from packing.drain import could_hold, pick_target
 from packing.entitlements import product_name
 from packing.estimate import estimated_start
@@ -65,6 +65,9 @@ class AgingGuard:
 
     def targets(self) -> dict[str, str]:
         return dict(self._targets)
+
+    def default_age_limit(self, request: Request) -> float:
+        return DEFAULT_AGE_LIMIT
 
     def step(self, view: AdmissionView) -> list[Admission]:
         out: list[Admission] = []
@@ -142,7 +145,7 @@ class AgingGuard:
     def _offer_starving(view: AdmissionView, walk: Walk, shape: Shape, after: Key) -> None:
         """After ``shape`` failed to fit at ``after``: offer its first later class head that is
         starving and within its entitlement (a guard candidate), if any."""
-        limit = view.age_limit(product_name(shape.request))
+        limit = view.age_limit(product_name(shape.request), shape.request)
         if not shape.by_age or view.now - shape.by_age[0][0] <= limit:
             return  # no class head of this shape has waited past its limit
         for head, cid in shape.heads.irange((after, AFTER_KEYS[0]), inclusive=(False, False)):
@@ -244,7 +247,7 @@ class _GuardLens:
         view = self.view
         if fit and (not self.held or self._fits_outside(w.request)):
             return None
-        limit = view.age_limit(w.product)
+        limit = view.limit_of(w)
         if w.request not in self.headed and len(self.held) < self.cap and view.now - w.arrived_at > limit:
             node = self.guard.drain_target(view, w, self.held_nodes)
             if node is not None:

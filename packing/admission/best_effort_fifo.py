@@ -13,8 +13,9 @@ O(log n) and the placement per admission.
 from __future__ import annotations
 
 from packing.admission.view import AdmissionView
-from packing.claims import BEST_EFFORT_FIFO, Admission
+from packing.claims import BEST_EFFORT_FIFO, DEFAULT_AGE_LIMIT, Admission
 from packing.explain import Lens
+from packing.products import Request
 
 
 class BestEffortFifo:
@@ -44,3 +45,6 @@ class BestEffortFifo:
 
     def targets(self) -> dict[str, str]:
         return {}
+
+    def default_age_limit(self, request: Request) -> float:
+        return DEFAULT_AGE_LIMIT  # it does not age claims; the queue reports this T

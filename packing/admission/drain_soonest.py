@@ -55,9 +55,25 @@ from packing.products import Request
 from packing.waiting_order import ClaimClass, Key
 
 DEFAULT_HORIZON = 1800.0  # seconds: "likeliest to hold the head within half an hour"
-HEAD_SHARE = 4  # by default at most one head per this many GPUs: most of the cluster keeps taking work
+# The default aging clocks, by size (``age_limits`` per product override them): a whole card needs a
+# drained card, which a stream of slices never leaves by chance, so it starts draining at once; a
+# small slice fits in any gap, so it starves only after a while; other slices later still.
+WHOLE_AGE_LIMIT = 0.0
+SMALL_SLICE_MILLI = 250
+SMALL_SLICE_AGE_LIMIT = 600.0
+SLICE_AGE_LIMIT = 4 * 3600.0
+HEAD_SHARE = 2  # by default at most one head per this many GPUs (protocol B: 16 of 64 too few for whole cards)
+MAX_HEADS = 64  # and at most this many: a new head's pick scans the GPUs
 
 StarveKey = tuple[int, float, int]  # (-priority, arrived_at + T, seq)
+
+
+@dataclass(frozen=True, slots=True)
+class _Pooled:
+    """A drain target in its shape's pool, and when it was picked (the bound counts from then)."""
+
+    target: GpuTarget
+    picked_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,26 +83,34 @@ class _Head:
 
 
 class DrainSoonest:
-    """The strategy object: it keeps each head's drain target between steps."""
+    """The strategy object: it keeps each request shape's pool of drain targets between steps."""
 
     name = DRAIN_SOONEST
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON) -> None:
         self.max_heads = max_heads
         self.horizon = horizon
-        self._heads: dict[str, _Head] = {}  # after the last step: head -> its target
+        self._pools: dict[Request, list[_Pooled]] = {}  # per shape: one target per head, kept across steps
+        self._heads: dict[str, _Head] = {}  # after the last step: head -> the target shown as its own
 
     def cap(self, ledger: Ledger) -> int:
-        """How many heads may hold a target at once: ``max_heads``, by default one per four GPUs."""
+        """How many heads may hold a target at once: ``max_heads``, by default one per HEAD_SHARE GPUs,
+        at most MAX_HEADS."""
         if self.max_heads is not None:
             return self.max_heads
-        return max(1, len(ledger.gpus) // HEAD_SHARE)
+        return max(1, min(MAX_HEADS, len(ledger.gpus) // HEAD_SHARE))
 
     def targets(self) -> dict[str, str]:
         return {c: h.target.node for c, h in self._heads.items()}
 
+    def default_age_limit(self, request: Request) -> float:
+        if request.whole or request.gpu_less:
+            return WHOLE_AGE_LIMIT
+        return SMALL_SLICE_AGE_LIMIT if request.milli <= SMALL_SLICE_MILLI else SLICE_AGE_LIMIT
+
     def gpu_targets(self) -> dict[str, GpuTarget]:
-        """After the last step: each head -> the GPUs held for it and how soon they should free."""
+        """After the last step: each head -> the GPUs held for it (its shape's targets, the likeliest
+        to free first shown for the oldest head) and how soon they should free."""
         return {c: h.target for c, h in self._heads.items()}
 
     # ---- the step -----------------------------------------------------------------------------------
@@ -112,25 +136,24 @@ class _Step:
         self.holds = holds
         self.out: list[Admission] = []
         self.failed: set[Request] = set()  # shapes that fit nowhere outside the targets this step
-        self.heads: dict[str, _Head] = {}  # this step's heads, in starving order
-        self.claimed: set[str] = set()  # GPUs of this step's heads' targets
+        self.heads: dict[Request, list[WaitingClaim]] = {}  # this step's heads by shape, in starving order
+        self.count = 0  # heads in all this step
         self._on: dict[str, list[Allocation]] | None = None
         self._on_at = -1
-        self.owned: dict[str, GpuTarget] = {}  # last step's heads still waiting -> their targets
-        self.spare: dict[Request, list[GpuTarget]] = {}  # last step's targets whose heads left, by shape
-        self._carry_over()
+        self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
+        self.guarded: set[Request] = set()  # shapes whose pool is held: from their first head on
 
     def run(self) -> list[Admission]:
-        for t in [*self.owned.values(), *(t for p in self.spare.values() for t in p)]:
-            for u in t.gpus:
-                self.holds.hold(u)
         self._starving_pass()
+        self._trim()
         self._best_effort_pass()
         self._backfill()
-        self.s._heads = self.heads
+        self._drop_over_entitlement()
+        self.s._pools = self.pools
+        self.s._heads = self._shown()
         return self.out
 
-    # ---- last step's targets -------------------------------------------------------------------
+    # ---- the pools ---------------------------------------------------------------------------------
 
     def _claims_on(self) -> dict[str, list[Allocation]]:
         """Claims by GPU (holds left out), rebuilt once something was admitted since."""
@@ -140,25 +163,63 @@ class _Step:
             self._on_at = len(self.out)
         return self._on
 
-    def _carry_over(self) -> None:
-        """Last step's targets still in the ledger, re-scored: each still-waiting head keeps its own;
-        the targets of heads that left are spares for the next heads of their shape, soonest first."""
-        v = self.view
+    def _carry_over(self) -> dict[Request, list[_Pooled]]:
         ledger = self.ledger
-        for claim, head in self.s._heads.items():
-            t = head.target
-            if t.node not in ledger.nodes or any(u not in ledger.gpus or ledger.gpus[u].node != t.node
-                                                 for u in t.gpus):
+        pools: dict[Request, list[_Pooled]] = {}
+        for shape, pool in self.s._pools.items():
+            alive = [p for p in pool if p.target.node in ledger.nodes and all(
+                u in ledger.gpus and ledger.gpus[u].node == p.target.node for u in p.target.gpus)]
+            if alive:
+                pools[shape] = alive
+        return pools
+
+    def _rescored(self, shape: Request, t: GpuTarget) -> GpuTarget:
+        """``t`` scored for ``shape`` now."""
+        v = self.view
+        return gpu_target(self.ledger, shape, t.node, t.gpus, self._claims_on(), v.book.runs, v.book.history, v.now,
+                          self.s.horizon)
+
+    def _trim(self) -> None:
+        """Keep one target per head of each shape: the oldest-picked always (the bound counts on it),
+        then the likeliest to free soonest; release the rest."""
+        nodes = self.ledger.nodes
+        for shape in list(self.pools):
+            want = len(self.heads.get(shape, ()))
+            pool = self.pools[shape]
+            if want == 0:
+                for p in self.pools.pop(shape):
+                    for u in p.target.gpus:
+                        self.holds.lift(u)
                 continue
-            shape = head.claim.request
-            t = gpu_target(ledger, shape, t.node, t.gpus, self._claims_on(), v.book.runs, v.book.history, v.now,
-                           self.s.horizon)
-            if claim in v.order:
-                self.owned[claim] = t
-            else:
-                self.spare.setdefault(shape, []).append(t)
-        for pool in self.spare.values():
-            pool.sort(key=lambda t: t.order(ledger.nodes[t.node].order))
+            if len(pool) <= want:
+                continue
+            scored = [_Pooled(self._rescored(shape, p.target), p.picked_at) for p in pool]
+            oldest = min(scored, key=lambda p: p.picked_at)
+            rest = sorted((p for p in scored if p is not oldest),
+                          key=lambda p: p.target.order(nodes[p.target.node].order))
+            self.pools[shape] = [oldest, *rest[:want - 1]]
+            kept = {u for p in self.pools[shape] for u in p.target.gpus}
+            for p in pool:
+                for u in p.target.gpus:
+                    if u not in kept:
+                        self.holds.lift(u)
+
+    def _drop_over_entitlement(self) -> None:
+        """A head whose namespace the step's admissions took to its entitlement is a head no more."""
+        book = self.view.book
+        for heads in self.heads.values():
+            heads[:] = [w for w in heads if not book.over_entitlement(w.namespace, w.request)]
+        self._trim()
+
+    def _shown(self) -> dict[str, _Head]:
+        """Which target explain shows for which head: the likeliest to free first for the oldest head."""
+        nodes = self.ledger.nodes
+        shown: dict[str, _Head] = {}
+        for shape, heads in self.heads.items():
+            pool = sorted(self.pools.get(shape, ()), key=lambda p: p.target.order(nodes[p.target.node].order))
+            for w, p in zip(heads, pool, strict=False):
+                shown[w.claim] = _Head(w, p.target)
+        return shown
 
     # ---- 1 and 2: starving claims, heads ---------------------------------------------------------------
 
@@ -183,21 +244,25 @@ class _Step:
             if r not in self.failed:
                 choice = v.choose(r)
                 if choice is not None:
-                    self._admit(w, choice.node, choice.gpus)
+                    self.out.append(v.admit(w.claim, choice))
                     self._offer(heap, cls, i, push=True)
                     continue
                 self.failed.add(r)
-            if r.gpu_less or len(self.heads) >= cap:
+            if r.gpu_less or self.count >= cap:
                 continue  # no more heads: the class cannot start this step
+            if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
+                self.guarded.add(r)
+                for p in self.pools.get(r, ()):
+                    for u in p.target.gpus:
+                        self.holds.hold(u)
             if self._start_on_ready_target(w):
                 self._offer(heap, cls, i, push=True)
                 continue
-            target = self._target_for(w)
-            if target is not None:
-                for u in target.gpus:
-                    self.claimed.add(u)
-                    self.holds.hold(u)
-                self.heads[w.claim] = _Head(w, target)
+            heads = self.heads.setdefault(r, [])
+            if len(self.pools.get(r, ())) <= len(heads) and not self._pick_for(r):
+                continue  # every GPU that could hold it is held for a head ahead of it
+            heads.append(w)
+            self.count += 1
             self._offer(heap, cls, i + 1, push=True)
 
     def _offer(self, heap: list[tuple[StarveKey, int, int]], cls: ClaimClass, i: int, push: bool = False) -> None:
@@ -205,7 +270,7 @@ class _Step:
         if i >= len(cls.keys):
             return
         key: Key = cls.keys[i]
-        limit = self.view.age_limit(self.view.claim_at(key).product)
+        limit = self.view.limit_of(self.view.claim_at(key))
         if self.view.now - key[1] <= limit:
             return
         item = ((key[0], key[1] + limit, key[2]), cls.cid, i)
@@ -214,35 +279,19 @@ class _Step:
         else:
             heap.append(item)
 
-    def _admit(self, w: WaitingClaim, node: str, gpus: tuple[str, ...], backfill: bool = False) -> None:
-        """Start ``w``; a target it owned becomes a spare of its shape."""
-        self.out.append(self.view.admit_on(w.claim, node, gpus, backfill))
-        own = self.owned.pop(w.claim, None)
-        if own is not None:
-            self.spare.setdefault(w.request, []).insert(0, own)
-
     def _start_on_ready_target(self, w: WaitingClaim) -> bool:
-        """Start head ``w`` on a target of its shape that holds it now, if any (its own first): the
-        oldest head takes the first target to free. A younger head whose target it takes gets ``w``'s."""
+        """Start head ``w`` on a target of its shape's pool that holds it now, if any: the oldest head
+        of a shape takes the first of its targets to free."""
         r = w.request
-        own = self.owned.get(w.claim)
-        others = [(c, t) for c, t in self.owned.items() if c != w.claim and self.view.order.get(c) is not None
-                  and self.view.order.entries[c][0].request == r]
-        choices: list[tuple[str | None, GpuTarget]] = [(w.claim, own)] if own is not None else []
-        choices += [(None, t) for t in self.spare.get(r, [])] + [(c, t) for c, t in others]
-        for owner, t in choices:
+        pool = self.pools.get(r, [])
+        for p in pool:
+            t = p.target
             if not self._holds_now(r, t):
                 continue
             for u in t.gpus:
                 self.holds.lift(u)
-            if owner is None:
-                self.spare[r].remove(t)
-            elif owner != w.claim:
-                del self.owned[owner]
-                if own is not None:
-                    self.owned[owner] = own  # the younger head takes over the older one's target
             self.out.append(self.view.admit_on(w.claim, t.node, t.gpus))
-            self.owned.pop(w.claim, None)
+            pool.remove(p)
             return True
         return False
 
@@ -260,32 +309,26 @@ class _Step:
                 return False
         return True
 
-    def _target_for(self, w: WaitingClaim) -> GpuTarget | None:
-        """Head ``w``'s target: its own from the last step; else a spare of its shape; else a fresh pick
-        among the GPUs no target holds; else one taken from the spares or from a head behind it."""
-        own = self.owned.pop(w.claim, None)
-        if own is not None:
-            return own
-        r = w.request
-        pool = self.spare.get(r)
-        if pool:
-            return pool.pop(0)
+    def _pick_for(self, r: Request) -> bool:
+        """A fresh target for the next head of shape ``r``, among the GPUs no pool holds; else taken from
+        the pool of a shape none of whose heads is ahead of it this step. False when there is none."""
         v = self.view
         on = self._claims_on()
-        others = {u for t in self.owned.values() for u in t.gpus}
-        spares = {u for p in self.spare.values() for t in p for u in t.gpus}
-        for taken in (self.claimed | others | spares, self.claimed | others, self.claimed):
-            target = pick_gpu_target(self.ledger, r, v.book.runs, v.book.history, v.now, self.s.horizon, taken, on)
-            if target is not None:
-                break
+        held = {u for pool in self.pools.values() for p in pool for u in p.target.gpus}
+        target = pick_gpu_target(self.ledger, r, v.book.runs, v.book.history, v.now, self.s.horizon, held, on)
         if target is None:
-            return None
-        lost = set(target.gpus)
-        for shape, p in self.spare.items():
-            self.spare[shape] = [t for t in p if not lost & set(t.gpus)]
-        for c in [c for c, t in self.owned.items() if lost & set(t.gpus)]:
-            del self.owned[c]  # a head behind this one: it picks afresh at its turn
-        return target
+            ahead = {u for shape, pool in self.pools.items() if shape == r or self.heads.get(shape)
+                     for p in pool for u in p.target.gpus}
+            target = pick_gpu_target(self.ledger, r, v.book.runs, v.book.history, v.now, self.s.horizon, ahead, on)
+            if target is None:
+                return False
+            lost = set(target.gpus)
+            for shape in list(self.pools):
+                self.pools[shape] = [p for p in self.pools[shape] if not lost & set(p.target.gpus)]
+        for u in target.gpus:
+            self.holds.hold(u)
+        self.pools.setdefault(r, []).append(_Pooled(target, v.now))
+        return True
 
     # ---- 3: everyone else -------------------------------------------------------------------------
 
@@ -304,16 +347,20 @@ class _Step:
             if choice is None:
                 self.failed.add(r)
                 continue
-            self._admit(v.claim_at(key), choice.node, choice.gpus)
+            self.out.append(v.admit(v.claim_at(key).claim, choice))
             walk.advance(shape, key)
 
     # ---- 4: backfill -----------------------------------------------------------------------------------
 
     def _backfill(self) -> None:
         v = self.view
-        timed = sorted((h.target for h in self.heads.values() if h.target.drains_by is not None
-                        and h.target.drains_by > v.now), key=lambda t: t.drains_by or 0.0)
-        if not timed or v.order.limited == 0:
+        if not self.pools or v.order.limited == 0:
+            return
+        heads = {w.claim for ws in self.heads.values() for w in ws}
+        now = [self._rescored(shape, p.target) for shape, pool in self.pools.items() for p in pool]
+        timed = sorted((t for t in now if t.drains_by is not None and t.drains_by > v.now),
+                       key=lambda t: t.drains_by or 0.0)
+        if not timed:
             return
         latest = max(t.drains_by or 0.0 for t in timed)
         bound = latest - v.now - v.slack + 1e-6  # a longer declared limit ends after every target frees
@@ -321,7 +368,7 @@ class _Step:
         heap: list[tuple[tuple[int, float, Key], int, int]] = []  # ((priority, limit, key), cid, index)
         for cls in classes.values():
             r = cls.shape
-            if cls.limits and cls.limits[0][0] <= bound and r.count == 1 and not r.whole:
+            if cls.limits and cls.limits[0][0] <= bound and r.count == 1:
                 heap.append(((cls.keys[0][0], cls.limits[0][0], cls.limits[0][1]), cls.cid, 0))
         heapq.heapify(heap)
         while heap:
@@ -333,7 +380,7 @@ class _Step:
             _, key = cls.limits[j]
             w = v.claim_at(key)
             nxt = j
-            if w.claim in self.heads:
+            if w.claim in heads:
                 nxt = j + 1
             elif not self._backfill_one(w, timed):
                 continue  # no room, or every later claim of the class declares longer: drop the class
@@ -346,14 +393,14 @@ class _Step:
         r = w.request
         for t in timed:
             if not self.view.ends_by(w, t.drains_by):
-                return False  # targets are sorted by drain: the later ones free later still
+                continue
             node = self.ledger.nodes[t.node]
             for u in t.gpus:
                 g = self.ledger.gpus[u]
                 self.holds.lift(u)
-                ok = self.ledger.host_fits(node, r) and self.ledger.gpu_fits(g, r)
+                ok = self.ledger.host_fits(node, r) and self.ledger.gpu_fits(g, r) and (g.empty or not r.whole)
                 if ok:
-                    self._admit(w, t.node, (u,), backfill=True)
+                    self.out.append(self.view.admit_on(w.claim, t.node, (u,), backfill=True))
                 self.holds.hold(u)
                 if ok:
                     return True
@@ -365,7 +412,13 @@ class _DrainLens:
 
     def __init__(self, strategy: DrainSoonest, view: AdmissionView) -> None:
         self.view = view
-        self.heads = {c: h for c, h in strategy._heads.items() if c in view.order}
+        ledger = view.ledger
+        heads = {c: h for c, h in strategy._heads.items() if c in view.order and h.target.node in ledger.nodes
+                 and all(u in ledger.gpus for u in h.target.gpus)}
+        on = claims_by_gpu(ledger) if heads else {}
+        self.heads = {c: _Head(h.claim, gpu_target(ledger, h.claim.request, h.target.node, h.target.gpus, on,
+                                                   view.book.runs, view.book.history, view.now, strategy.horizon))
+                      for c, h in heads.items()}
         self.held = {u for h in self.heads.values() for u in h.target.gpus}
         self._outside: dict[Request, bool] = {}
 
@@ -380,17 +433,17 @@ class _DrainLens:
         if head is not None:
             t = head.target
             need = message if not fit else "fits only on GPUs held for claims ahead of it"
-            text = drain_message(w, self.where(t), v.now, t.drains_by, v.age_limit(w.product))
+            text = drain_message(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
             return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
         if not fit or not self.held or self._fits_outside(w.request):
             return None
         on = [h for h in self.heads.values() if self._fits_on(w.request, h.target)]
-        if any(v.ends_by(w, h.target.drains_by) for h in on):
-            return None  # it may start there: it ends before the target frees
+        if w.request.count == 1 and any(v.ends_by(w, h.target.drains_by) for h in on):
+            return None  # it may start there (backfill): it ends before the target frees
         first = on[0] if on else next(iter(self.heads.values()))
         t = first.target
         text = drain_blocked_message(first.claim, self.where(t), v.now, t.drains_by,
-                                     v.age_limit(first.claim.product))
+                                     v.limit_of(first.claim))
         return BLOCKED_BY_HEAD_OF_LINE, text, None
 
     def _fits_outside(self, r: Request) -> bool:

@@ -10,8 +10,9 @@ Cost: as best effort, and the step ends at the first claim that does not fit.
 from __future__ import annotations
 
 from packing.admission.view import AdmissionView
-from packing.claims import STRICT_FIFO, Admission, WaitingClaim
+from packing.claims import DEFAULT_AGE_LIMIT, STRICT_FIFO, Admission, WaitingClaim
 from packing.explain import BLOCKED_BY_HEAD_OF_LINE, Lens
+from packing.products import Request
 
 
 class StrictFifo:
@@ -41,6 +42,9 @@ class StrictFifo:
 
     def targets(self) -> dict[str, str]:
         return {}
+
+    def default_age_limit(self, request: Request) -> float:
+        return DEFAULT_AGE_LIMIT  # it does not age claims; the queue reports this T
 
 
 class _HeadOfLine:

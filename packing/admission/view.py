@@ -27,7 +27,7 @@ class AdmissionView:
 
     def __init__(self, now: float, ledger: Ledger, policy: Policy, order: WaitingOrder, book: RunningBook,
                  reservation_ttl: float | None, satisfiable: Callable[[Request], bool],
-                 age_limit: Callable[[str], float]) -> None:
+                 age_limit: Callable[[str, Request], float]) -> None:
         self.now = now
         self.ledger = ledger
         self.policy = policy
@@ -36,7 +36,7 @@ class AdmissionView:
         self.reservation_ttl = reservation_ttl
         self.slack = reservation_ttl or 0.0  # a reservation's TTL adds to a declared limit: it ends that late
         self.satisfiable = satisfiable  # could some node, empty, hold the request?
-        self.age_limit = age_limit  # T of a product: its aging clock
+        self._age_limit = age_limit
 
     def walk(self) -> Walk:
         return self.order.walk()
@@ -48,9 +48,17 @@ class AdmissionView:
         """Would one more claim of ``cls`` take its namespace over its entitlement?"""
         return self.book.over_entitlement(cls.namespace, cls.shape)
 
+    def age_limit(self, product: str, request: Request) -> float:
+        """T of ``product`` (requests like ``request``): its aging clock."""
+        return self._age_limit(product, request)
+
+    def limit_of(self, claim: WaitingClaim) -> float:
+        """T of ``claim``'s product."""
+        return self._age_limit(claim.product, claim.request)
+
     def starving(self, claim: WaitingClaim) -> bool:
         """Has ``claim`` waited longer than its product's age limit?"""
-        return self.now - claim.arrived_at > self.age_limit(claim.product)
+        return self.now - claim.arrived_at > self.limit_of(claim)
 
     def choose(self, request: Request, nodes: Collection[str] | None = None) -> Choice | None:
         """Where the placement policy puts ``request`` now (on one of ``nodes`` when given)."""
@@ -90,3 +98,6 @@ class Strategy(Protocol):
 
     def targets(self) -> dict[str, str]:
         """After the last step: each claim capacity is held for -> the node held (empty when none)."""
+
+    def default_age_limit(self, request: Request) -> float:
+        """T of a product the queue was given no age limit for (requests like ``request``)."""

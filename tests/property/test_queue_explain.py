@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packing.admission import AgingGuard, DrainSoonest
+from packing.drain import claims_by_gpu, gpu_target
 from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
 from packing.explain import (
     FITS_NOW,
@@ -146,7 +147,10 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     slack = q.reservation_ttl or 0.0
     guard = q.strategy
     drain_heads = guard.gpu_targets() if isinstance(guard, DrainSoonest) else {}
-    drain_heads = {c: t for c, t in drain_heads.items() if q.state(c) == "waiting"}
+    book = q.view(now).book
+    drain_heads = {c: gpu_target(q.ledger, q.claim(c).request, t.node, t.gpus, claims_by_gpu(q.ledger), book.runs,
+                                 book.history, now, guard.horizon)
+                   for c, t in drain_heads.items() if q.state(c) == "waiting" and isinstance(guard, DrainSoonest)}
     drain_held = {u for t in drain_heads.values() for u in t.gpus}
     for position, w in enumerate(q.in_order(), start=1):
         r, product, limit = w.request, w.product, q.age_limit(w.product)
@@ -191,8 +195,8 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                     reason, message, est = WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
                 elif fit and drain_held and not fits_off(q.ledger, r, drain_held):
                     on_t = [(c, t) for c, t in drain_heads.items() if fits_off(q.ledger, r, set(), t.gpus)]
-                    if not any(t.drains_by is not None and w.time_limit is not None
-                               and now + slack + w.time_limit <= t.drains_by for _, t in on_t):
+                    if r.count > 1 or not any(t.drains_by is not None and w.time_limit is not None
+                                              and now + slack + w.time_limit <= t.drains_by for _, t in on_t):
                         c, t = on_t[0] if on_t else next(iter(drain_heads.items()))
                         head = q.claim(c)
                         reason = BLOCKED_BY_HEAD_OF_LINE

@@ -17,6 +17,7 @@ from packing.queue import (
     ADMISSION_POLICIES,
     AGING_GUARD,
     BEST_EFFORT_FIFO,
+    DRAIN_SOONEST,
     NO_CAPACITY,
     QUOTA_EXCEEDED,
     STRICT_FIFO,
@@ -333,7 +334,8 @@ def test_queue_configuration_is_validated(kwargs: dict[str, object], message: st
 
 
 def test_admission_policies_are_listed() -> None:
-    assert ADMISSION_POLICIES[0] == AGING_GUARD == ClaimQueue(Ledger()).admission
+    assert ADMISSION_POLICIES[0] == DRAIN_SOONEST == ClaimQueue(Ledger()).admission
+    assert set(ADMISSION_POLICIES) == {DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO}
 
 
 def test_depart_releases_slice_and_usage() -> None:

@@ -93,7 +93,7 @@ def test_between_starving_claims_the_earliest_to_starve_goes_first() -> None:
     assert [a.claim for a in q.admit(300)] == ["half"]
 
 
-def test_each_head_holds_its_own_gpu_and_the_oldest_takes_the_first_that_frees() -> None:
+def test_the_heads_of_a_shape_share_its_targets_and_the_oldest_takes_the_first_that_frees() -> None:
     ledger = ledger_with(4)
     q = drain_queue(ledger, max_drain_targets=3)
     for g, limit in enumerate((400.0, 300.0, 200.0, 100.0)):
@@ -107,7 +107,7 @@ def test_each_head_holds_its_own_gpu_and_the_oldest_takes_the_first_that_frees()
     q.depart("run1", 50)
     q.depart("run1b", 50)
     assert [(a.claim, a.allocation.gpus) for a in q.admit(50)] == [("w0", ("n0-gpu1",))]
-    assert gpus_of(q) == {"w1": ("n0-gpu2",), "w2": ("n0-gpu3",)}  # w2 takes over w0's GPU
+    assert gpus_of(q) == {"w1": ("n0-gpu3",), "w2": ("n0-gpu2",)}  # the soonest left is shown for the oldest
     no_holds_left(ledger)
     checked(q)
 
