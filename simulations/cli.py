@@ -264,7 +264,8 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
             points = report.frontier_points(results)
             if points:
                 plots.frontier(points, d / "frontier.png",
-                               f"quarter against whole-card p99 wait: {description}, ρ {_rho_text(args, inputs)}")
+                               f"quarter against whole-card p99 wait: {description}, ρ {_rho_text(args, inputs)}, "
+                               f"seeds {_seed_text(seeds)}")
     return 0
 
 

@@ -138,8 +138,9 @@ def frontier(points: Sequence[Mapping[str, Any]], path: str | Path, title: str,
                     color=colour, ecolor=colour, elinewidth=0.8, capsize=2, zorder=3)
         ax.plot(p["quarter_pooled"], p["whole_pooled"], "x", ms=5, color=colour, zorder=3)
         at.setdefault((round(p["quarter"], 1), round(p["whole"], 1)), []).append(str(i))
-    for (x, y), names in at.items():  # points that coincide share one label
-        ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    for k, ((x, y), names) in enumerate(sorted(at.items())):  # points that coincide share one label
+        offset = (5, 4) if k % 2 == 0 else (-9, -11)  # neighbours in x alternate sides
+        ax.annotate(",".join(names), (x, y), textcoords="offset points", xytext=offset, fontsize=8)
     ax.plot([], [], "ok", ms=5, label="mean of per-seed p99 (bars: 95 % interval)")
     ax.plot([], [], "xk", ms=5, label="pooled p99")
     ax.set_xscale("symlog", linthresh=1.0)

@@ -135,7 +135,8 @@ def protocol_b_text(results: Mapping[tuple[str, str], Mapping[str, Any]], header
         lines.append(f"  {'product':<14} {'jobs':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}{seeded}  "
                      f"(wait, min; p50..max {pooled})")
         spread = s.get("per_seed_p99") or {}
-        for product, w in s["waits"].items():
+        for product in [*sorted((p for p in s["waits"] if p != "all"), key=product_order), "all"]:
+            w = s["waits"][product]
             line = (f"  {product:<14} {w['jobs']:>7} {_minutes(w['p50_s']):>7} {_minutes(w['p90_s']):>7} "
                     f"{_minutes(w['p99_s']):>7} {_minutes(w['max_s']):>7}")
             if runs > 1 and product in spread:

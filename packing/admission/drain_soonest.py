@@ -1,33 +1,32 @@
 """``drain-soonest``: claims past their product's aging clock go first, and each that does not fit
 holds the GPUs that should free up for it soonest.
 
-Rule, per step:
+Rule, per step (``packing/QUEUE.md`` has the details):
 
 1. **Starving first.** A claim *starves* once it has waited longer than its product's age limit T
-   (``age_limits``, per product: the per-product aging clock). Starving claims are taken first,
-   by priority, then by the time they started starving (arrival + T), then arrival order.
-2. **Heads.** A starving claim (within its entitlement, satisfiable) that fits on no GPU outside
-   the drain targets is a *head*, up to ``cap`` heads in all. The heads of one request shape share
-   a pool of drain targets, one per head: ``count`` GPUs of one node each, picked
-   (``packing.drain.pick_gpu_target``) as the likeliest to hold the head soonest -- by declared ends
-   where the claims there declare limits, else by ``RuntimeHistory`` from the runtimes seen. A
-   target is kept while heads of its shape starve; when one can hold the shape, the oldest head
-   of that shape starts on it.
-3. **Everyone else** is placed as best effort does, in queue order, anywhere but on the targets:
-   the free capacity of every target is held in the ledger for the step (``packing.admission.holds``).
-4. **Backfill.** On a target whose declared ends free it by D, a waiting claim may start if its own
-   declared limit (plus the reservation TTL) ends by D: priority, then the shortest limit, then
-   arrival.
+   (the per-product aging clock; without one, by size: whole cards and slices of at most 250 milli
+   at once, other slices after 4 h). Starving claims go first: by priority, then by the
+   time they started to starve (arrival + T), then arrival order.
+2. **Heads.** A starving claim (within its entitlement, satisfiable, needing a GPU) that fits on no
+   GPU outside the drain targets is a *head*, up to ``cap`` heads in all. The heads of one request
+   shape share a pool of drain targets, one per head: ``count`` GPUs of one node each, picked
+   (``packing.drain.pick_gpu_target``) as the likeliest to take the head within the horizon -- by
+   declared ends where the claims there declare limits, else by ``RuntimeHistory``. From the
+   shape's first head on, its pool's free capacity is held for the step (``packing.admission.holds``);
+   when a target can take the shape, the oldest head of the shape starts there. Pools shrink to one
+   target per head, always keeping the earliest-picked one.
+3. **Everyone else** is placed as best effort does, in queue order, anywhere but on held GPUs.
+4. **Backfill.** On a target whose declared ends free it by D, a waiting single-GPU claim may start
+   if its own declared limit (plus the reservation TTL) ends by D: priority, then the shortest
+   limit, then arrival.
 
-Guarantee (the proof is in ``packing/QUEUE.md``; ``tests/property/test_queue_bounded_wait.py``
-checks it against the simulation engine). Within one priority level, with no higher-priority
-arrivals, a fixed cluster and no entitlement changes: if every running and arriving claim declares
-an enforced limit of at most L, a claim c that is within its entitlement and satisfiable starts by
-``arrived + T_c + (A_c + 1) * L``, where A_c is the number of claims that started starving no later
-than c and still waited when c did. In words: once a claim has waited T, each period of L starts at
-least one of the claims that starve before it, so its wait is bounded; without declared limits the
-same holds with L the longest runtime. Placements that fit never wait for a head that is not
-ahead of them in starving order, so outside the targets it is best effort.
+Guarantee (proved in ``packing/QUEUE.md``, *The drain-soonest bound*; checked against the
+simulation engine by ``tests/property/test_queue_bounded_wait.py``). In one priority level, on a
+fixed cluster without entitlements or reservations, with a step at every arrival and departure: if
+every claim declares an enforced limit of at most L, a satisfiable claim c needing a GPU that
+starts to starve at s_c starts by ``s_c + (A_c + 1) * L``, A_c being the claims ahead of it in
+starving order still waiting at s_c. Without declared limits the same holds with L the longest
+runtime: no claim starves for ever. Claims that fit off the held GPUs never wait for a head.
 
 Cost: a step costs what best effort costs, plus one pass over the starving class heads, plus per
 new head one scan of the GPUs (O(GPUs + running claims)); backfill looks at classes declaring
@@ -56,11 +55,12 @@ from packing.waiting_order import ClaimClass, Key
 
 DEFAULT_HORIZON = 1800.0  # seconds: "likeliest to hold the head within half an hour"
 # The default aging clocks, by size (``age_limits`` per product override them): a whole card needs a
-# drained card, which a stream of slices never leaves by chance, so it starts draining at once; a
-# small slice fits in any gap, so it starves only after a while; other slices later still.
+# drained card, which a stream of slices never leaves by chance, so it starts draining at once; so
+# does a small slice, whose drain is short (one claim leaving frees it); other slices only after
+# 4 h, as the price of the two (protocol B: at 60 min whole cards and quarters waited much longer).
 WHOLE_AGE_LIMIT = 0.0
 SMALL_SLICE_MILLI = 250
-SMALL_SLICE_AGE_LIMIT = 600.0
+SMALL_SLICE_AGE_LIMIT = 0.0
 SLICE_AGE_LIMIT = 4 * 3600.0
 HEAD_SHARE = 2  # by default at most one head per this many GPUs (protocol B: 16 of 64 too few for whole cards)
 MAX_HEADS = 64  # and at most this many: a new head's pick scans the GPUs

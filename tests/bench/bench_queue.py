@@ -15,6 +15,9 @@ all measured in this run:
   collection, which scans the whole heap: the ledger and the queue, not just the new objects);
 * the growth of each figure from 1 000 to 100 000 waiting claims (goal: near-flat, i.e. about
   logarithmic per event, no full re-sort per event; explain: linear, so flat per claim).
+
+Every admission strategy runs (``packing.admission``); drain-soonest with every claim starving
+holds up to 64 GPUs, lifted and held again at every step, and scans the GPUs for each new head.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from packing.entitlements import Entitlement
 from packing.ledger import Ledger
 from packing.policies import BEST_FIT
 from packing.products import Request, load_catalog
-from packing.queue import AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO, ClaimQueue, WaitingClaim
+from packing.queue import AGING_GUARD, BEST_EFFORT_FIFO, DRAIN_SOONEST, STRICT_FIFO, ClaimQueue, WaitingClaim
 
 V100 = "Tesla-V100-SXM2-32GB"
 NODES = 2500
@@ -146,6 +149,9 @@ def main() -> None:
             (AGING_GUARD, 3000.0, False, ", every claim past its limit (T=2000 s): a guard head, no declared ends"),
             (AGING_GUARD, 3000.0, True, ", every claim past its limit, every running claim declares an end: "
              "estimated start and backfill at every step"),
+            (DRAIN_SOONEST, 10.0, False, ", no claim past its limit"),
+            (DRAIN_SOONEST, 3000.0, False, ", every claim past its limit: up to 64 heads, each holding a GPU"),
+            (DRAIN_SOONEST, 3000.0, True, ", every claim past its limit, declared ends: drains and backfill"),
             (STRICT_FIFO, 10.0, False, "")]
     for admission, now, declared, note in runs:
         rows = {n: measure(n, admission, now, declared) for n in SIZES}
