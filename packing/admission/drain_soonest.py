@@ -4,8 +4,8 @@ holds the GPUs that should free up for it soonest.
 Rule, per step (``packing/QUEUE.md`` has the details):
 
 1. **Starving first.** A claim *starves* once it has waited longer than its product's age limit T
-   (the per-product aging clock; without one, by size: whole cards and slices of at most 250 milli
-   at once, other slices after 4 h). Starving claims go first: by priority, then by the
+   (the per-product aging clock; without one, by size: one whole card and slices of at most 250
+   milli at once, larger slices and several cards after 4 h). Starving claims go first: by priority, then by the
    time they started to starve (arrival + T), then arrival order.
 2. **Heads.** A starving claim (within its entitlement, satisfiable, needing a GPU) that fits on no
    GPU outside the drain targets is a *head*, up to ``cap`` heads in all. The heads of one request
@@ -56,12 +56,13 @@ from packing.waiting_order import ClaimClass, Key
 DEFAULT_HORIZON = 1800.0  # seconds: "likeliest to hold the head within half an hour"
 # The default aging clocks, by size (``age_limits`` per product override them): a whole card needs a
 # drained card, which a stream of slices never leaves by chance, so it starts draining at once; so
-# does a small slice, whose drain is short (one claim leaving frees it); other slices only after
-# 4 h, as the price of the two (protocol B: at 60 min whole cards and quarters waited much longer).
+# does a small slice, whose drain is short (one claim leaving frees it); larger slices and requests
+# of several cards (whose heads would hold several GPUs of a node) only after 4 h, the price of the
+# two (protocol B: at 60 min, or for multi-card requests at once, the others waited much longer).
 WHOLE_AGE_LIMIT = 0.0
 SMALL_SLICE_MILLI = 250
 SMALL_SLICE_AGE_LIMIT = 0.0
-SLICE_AGE_LIMIT = 4 * 3600.0
+SLICE_AGE_LIMIT = 4 * 3600.0  # larger slices and multi-card requests
 HEAD_SHARE = 2  # by default at most one head per this many GPUs (protocol B: 16 of 64 too few for whole cards)
 MAX_HEADS = 64  # and at most this many: a new head's pick scans the GPUs
 
@@ -104,8 +105,10 @@ class DrainSoonest:
         return {c: h.target.node for c, h in self._heads.items()}
 
     def default_age_limit(self, request: Request) -> float:
-        if request.whole or request.gpu_less:
+        if request.gpu_less or (request.whole and request.count == 1):
             return WHOLE_AGE_LIMIT
+        if request.whole:
+            return SLICE_AGE_LIMIT
         return SMALL_SLICE_AGE_LIMIT if request.milli <= SMALL_SLICE_MILLI else SLICE_AGE_LIMIT
 
     def gpu_targets(self) -> dict[str, GpuTarget]:

@@ -200,6 +200,13 @@ def test_the_target_is_re_picked_when_its_node_leaves() -> None:
     checked(q)
 
 
+def test_default_aging_clocks_go_by_size() -> None:
+    q = ClaimQueue(ledger_with(2), admission=DRAIN_SOONEST)
+    assert [q.age_limit(r.product or "", r) for r in (W, Q, H, W2)] == [0.0, 0.0, 4 * 3600.0, 4 * 3600.0]
+    assert ClaimQueue(ledger_with(1), admission=DRAIN_SOONEST, default_age_limit=60.0).age_limit("v100-100", W) == 60
+    assert ClaimQueue(ledger_with(1), admission=DRAIN_SOONEST, age_limits={"v100-50": 5.0}).age_limit("v100-50", H) == 5
+
+
 def test_runtime_history_learns_per_product_and_falls_back_on_the_tail_prior() -> None:
     h = RuntimeHistory(window=4, min_seen=2)
     assert h.ends_within("p", 0.0, 100.0) == 1.0 and h.ends_within("p", 100.0, 100.0) == 0.5  # prior h/(a+h)
