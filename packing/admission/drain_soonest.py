@@ -8,7 +8,8 @@ Rule, per step (``packing/QUEUE.md`` has the details):
    milli at once, larger slices and several cards after 4 h). Starving claims go first: by priority, then by the
    time they started to starve (arrival + T), then arrival order.
 2. **Heads.** A starving claim (within its entitlement, satisfiable, needing a GPU) that fits on no
-   GPU outside the drain targets is a *head*, up to ``cap`` heads in all. The heads of one request
+   GPU outside the drain targets is a *head* while its target keeps the GPUs held within ``cap``
+   (the first head of a step always is one). The heads of one request
    shape share a pool of drain targets, one per head: ``count`` GPUs of one node each, picked
    (``packing.drain.pick_gpu_target``) as the likeliest to take the head within the horizon -- by
    declared ends where the claims there declare limits, else by ``RuntimeHistory``. From the
@@ -63,8 +64,8 @@ WHOLE_AGE_LIMIT = 0.0
 SMALL_SLICE_MILLI = 250
 SMALL_SLICE_AGE_LIMIT = 0.0
 SLICE_AGE_LIMIT = 4 * 3600.0  # larger slices and multi-card requests
-HEAD_SHARE = 2  # by default at most one head per this many GPUs (protocol B: 16 of 64 too few for whole cards)
-MAX_HEADS = 64  # and at most this many: a new head's pick scans the GPUs
+HEAD_SHARE = 2  # by default targets take at most one GPU in this many (protocol B: 16 of 64 too few)
+MAX_HEADS = 64  # and at most this many GPUs: a new head's pick scans the GPUs
 
 StarveKey = tuple[int, float, int]  # (-priority, arrived_at + T, seq)
 
@@ -95,8 +96,8 @@ class DrainSoonest:
         self._heads: dict[str, _Head] = {}  # after the last step: head -> the target shown as its own
 
     def cap(self, ledger: Ledger) -> int:
-        """How many heads may hold a target at once: ``max_heads``, by default one per HEAD_SHARE GPUs,
-        at most MAX_HEADS."""
+        """How many GPUs the heads' targets may take at once (the first head's always): ``max_heads``,
+        by default one GPU in HEAD_SHARE, at most MAX_HEADS."""
         if self.max_heads is not None:
             return self.max_heads
         return max(1, min(MAX_HEADS, len(ledger.gpus) // HEAD_SHARE))
@@ -140,7 +141,7 @@ class _Step:
         self.out: list[Admission] = []
         self.failed: set[Request] = set()  # shapes that fit nowhere outside the targets this step
         self.heads: dict[Request, list[WaitingClaim]] = {}  # this step's heads by shape, in starving order
-        self.count = 0  # heads in all this step
+        self.held_gpus = 0  # GPUs the targets of this step's heads take
         self._on: dict[str, list[Allocation]] | None = None
         self._on_at = -1
         self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
@@ -251,8 +252,8 @@ class _Step:
                     self._offer(heap, cls, i, push=True)
                     continue
                 self.failed.add(r)
-            if r.gpu_less or self.count >= cap:
-                continue  # no more heads: the class cannot start this step
+            if r.gpu_less or (self.held_gpus > 0 and self.held_gpus + r.count > cap):
+                continue  # the first head always holds its target; the others only within the cap
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
                 for p in self.pools.get(r, ()):
@@ -265,7 +266,7 @@ class _Step:
             if len(self.pools.get(r, ())) <= len(heads) and not self._pick_for(r):
                 continue  # every GPU that could hold it is held for a head ahead of it
             heads.append(w)
-            self.count += 1
+            self.held_gpus += r.count
             self._offer(heap, cls, i + 1, push=True)
 
     def _offer(self, heap: list[tuple[StarveKey, int, int]], cls: ClaimClass, i: int, push: bool = False) -> None:

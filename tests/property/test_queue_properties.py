@@ -227,12 +227,13 @@ class Harness:
         return {u for c, t in strategy.gpu_targets().items() if c in self.waiting for u in t.gpus}
 
     def check_drain_heads(self) -> None:
-        """drain-soonest: no hold outlives the step; heads starve, hold disjoint GPUs, at most the cap."""
+        """drain-soonest: no hold outlives the step; heads starve, hold disjoint GPUs, within the cap."""
         assert not [a for a in self.ledger.allocations if is_hold(a)], "a hold outlived its step"
         strategy = self.queue.strategy
         assert isinstance(strategy, DrainSoonest)
         heads = strategy.gpu_targets()
-        assert len(heads) <= strategy.cap(self.ledger)
+        held = sum(len(t.gpus) for t in heads.values())
+        assert len(heads) <= 1 or held <= strategy.cap(self.ledger), "the heads' targets exceed the cap"
         seen: set[str] = set()
         for head, target in heads.items():
             c = self.waiting[head]
