@@ -120,7 +120,8 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--admission", default=None,
                    help=f"queue admission policy, or several comma-separated (default {DEFAULT_ADMISSION}); "
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
-                   "limit), PRODUCT (its age limit), heads (claims holding drain targets), horizon")
+                   "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
+                   "drain-soonest GPUs), horizon")
     g.add_argument("--rho", type=parse_rho, default=0.85, help="target offered load (default 0.85); 'none' keeps "
                    "the workload's own timing")
     g.add_argument("--arrivals", choices=protocol_b.ARRIVALS, default="poisson",
@@ -176,7 +177,8 @@ def chosen_policies(args: argparse.Namespace) -> list[str]:
 class AdmissionChoice:
     """An admission strategy with its settings, as written on the command line: ``NAME`` or
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
-    limit), ``heads`` (how many claims may hold drain targets) and ``horizon`` (drain-soonest's)."""
+    limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
+    targets take under drain-soonest) and ``horizon`` (drain-soonest's)."""
 
     label: str
     name: str
