@@ -71,6 +71,14 @@ class AgingGuard:
 
     def step(self, view: AdmissionView) -> list[Admission]:
         out: list[Admission] = []
+        while self._pass(view, out):
+            pass  # a head started by backfill: its node is free again and its shape takes its next head
+        return out
+
+    def _pass(self, view: AdmissionView, out: list[Admission]) -> bool:
+        """One walk of the queue and its backfill, admissions appended to ``out``; True when the
+        backfill started a head (then the step walks again, so that what explain says holds)."""
+        first = len(out)
         dropped: set[int] = set()  # shapes that fit on no allowed node for the rest of this step
         walk = view.walk()
         shapes: dict[int, Shape] = {}
@@ -111,10 +119,11 @@ class AgingGuard:
                 continue
             out.append(view.admit(waiting.claim, choice))
             walk.advance(shape, key)
-        self._targets = {h.claim.claim: h.node for h in heads}
         if heads:
             self._backfill(view, heads, out, dropped, shapes)
-        return out
+        started = {a.claim for a in out[first:]}
+        self._targets = {h.claim.claim: h.node for h in heads if h.claim.claim not in started}
+        return any(h.claim.claim in started for h in heads)
 
     def _make_head(self, view: AdmissionView, w: WaitingClaim, key: Key, heads: list[_Head]) -> bool:
         """Make the starving ``w`` a head: resolve its drain target and the estimated start there."""

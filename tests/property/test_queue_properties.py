@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from packing.admission import DrainSoonest
@@ -422,8 +422,25 @@ busy = st.integers(0, 9).flatmap(lambda i: busy_arrive if i < 5 else st.one_of(
 ))
 
 
+# found by hypothesis: a starving head backfilled onto an older head's target started, and the step
+# gave its shape no next head although explain did (now the step walks again)
+BACKFILLED_HEAD = [
+    ("arrive", Q, "a", 0, None), ("depart", 0), ("arrive", Q, "a", 0, None), ("arrive", W, "a", 0, 1000.0),
+    ("arrive", Q, "a", 0, None), ("arrive", Q, "a", 0, None), ("arrive", W2, "a", 0, None),
+    ("arrive", Q, "a", 0, None), ("arrive", W, "a", 0, None), ("depart", 93), ("tick", 1000.0),
+    ("arrive", W2, "a", 0, None), ("arrive", W, "a", 0, None), ("arrive", W2, "a", 0, None),
+    ("arrive", W2, "a", 0, 300.0), ("arrive", Q, "a", 0, None), ("arrive", W, "a", 0, None),
+    ("arrive", Q, "a", 0, None), ("arrive", W, "a", 0, None), ("depart", 81), ("arrive", W, "a", 0, None),
+    ("arrive", W, "a", 0, None), ("arrive", W, "a", 0, None), ("depart", 94), ("depart", 60), ("depart", 16),
+    ("depart", 22), ("arrive", W2, "a", 0, 1000.0), ("arrive", W, "c", 0, 3000.0), ("depart", 28),
+    ("arrive", W, "b", 0, 100.0), ("arrive", W, "b", 0, None), ("arrive", W, "a", 1, 100.0), ("tick", 1000.0),
+    ("arrive", H, "a", 0, 3000.0), ("depart", 15),
+]
+
+
 @settings(max_examples=120, deadline=None)
 @given(extra=st.integers(0, 6), events=st.lists(busy, min_size=20, max_size=80))
+@example(extra=6, events=BACKFILLED_HEAD)
 def test_aging_guard_never_places_a_younger_claim_on_a_starving_heads_target(
         extra: int, events: list[tuple[object, ...]]) -> None:
     h = Harness(AGING_GUARD)
