@@ -30,6 +30,14 @@ class RequestError(ValueError):
     """A request cannot be turned into a slice (unknown product, impossible size)."""
 
 
+def model_accepts(pattern: str | None, label: str) -> bool:
+    """Does a model pattern accept the GPU label ``label``? None accepts any model; ``A|B`` is
+    either of two fnmatch patterns (a pod that runs on several models: ``V100M16|V100M32``)."""
+    if pattern is None:
+        return True
+    return any(fnmatch.fnmatchcase(label, p) for p in pattern.split("|"))
+
+
 @dataclass(frozen=True, slots=True)
 class GpuModel:
     """A GPU model the catalog knows: an fnmatch pattern over the node's product label."""
@@ -69,7 +77,7 @@ class Request:
 
     ``count`` > 1 is only allowed for whole cards (k cards on one node). ``count`` == 0 with
     ``milli`` == 0 is a CPU-only request (the simulator replays those). ``model`` is an fnmatch
-    pattern over GPU model labels; ``None`` accepts any model.
+    pattern over GPU model labels, or several separated by ``|``; ``None`` accepts any model.
     """
 
     milli: int
@@ -105,7 +113,7 @@ class Request:
         return self.milli * self.count
 
     def accepts_model(self, label: str) -> bool:
-        return self.model is None or fnmatch.fnmatchcase(label, self.model)
+        return model_accepts(self.model, label)
 
     def describe(self) -> str:
         what = self.product or f"{self.milli}-milli"
@@ -141,9 +149,16 @@ class Catalog:
     def is_managed_resource(self, resource: str) -> bool:
         return resource.startswith(self.resource_prefix + "/")
 
-    def request(self, name: str, count: int = 1, cpu_milli: int = 0, host_memory_mib: int = 0) -> Request:
-        """Turn a product name and count into a Request (count > 1 only for whole cards)."""
+    def request(self, name: str, count: int = 1, cpu_milli: int = 0, host_memory_mib: int = 0,
+                model: str | None = None) -> Request:
+        """Turn a product name and count into a Request (count > 1 only for whole cards).
+
+        ``model`` pins the claim to GPU label(s) (``A|B``; a pod's node selector on the GPU product
+        label): each must be one the product is for, and the request then accepts only those.
+        """
         p = self.product(name)
+        if model is not None and not _pins_product(model, p):
+            raise RequestError(f"product {name} is for {p.model} GPUs; the claim pins {model}")
         if count < 1:
             raise RequestError(f"count of {name} must be at least 1, got {count}")
         if count > 1 and not p.whole:
@@ -154,16 +169,16 @@ class Catalog:
             milli=p.milli,
             memory_mib=p.memory_mib,
             count=count,
-            model=p.model,
+            model=p.model if model is None else model,
             product=p.name,
             cpu_milli=cpu_milli,
             host_memory_mib=host_memory_mib,
         )
 
     def round_up(self, milli: int, model: str | None = None) -> Product | None:
-        """The smallest product of ``model`` (any model if None) holding ``milli``."""
+        """The smallest product holding ``milli`` that is for the pinned GPU label(s) ``model`` (any if None)."""
         fits = [
-            p for p in self.products if p.milli >= milli and (model is None or p.matches_model(model))
+            p for p in self.products if p.milli >= milli and (model is None or _pins_product(model, p))
         ]
         return min(fits, key=lambda p: (p.milli, p.name)) if fits else None
 
@@ -176,6 +191,11 @@ class Catalog:
 
     def knows_model(self, label: str) -> bool:
         return self.model_memory_mib(label) is not None
+
+
+def _pins_product(model: str, product: Product) -> bool:
+    """Is every GPU label a claim pins (``A|B``) one that ``product`` is for?"""
+    return all(product.matches_model(label) for label in model.split("|"))
 
 
 def _dyadic(milli: int) -> bool:

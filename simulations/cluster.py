@@ -8,11 +8,12 @@ of the nodes each mutation touched, so the scheduler model can re-score just tho
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from packing.ledger import Allocation, Ledger, Node
-from packing.products import Catalog, Request
+from packing.products import Catalog, Request, model_accepts
 from simulations.traces import NodeSpec
 
 # A concrete label matching the built-in catalog's "Tesla-V100-*-32GB" pattern.
@@ -72,6 +73,30 @@ def card_model_for(catalog: Catalog, rounding: str, label: str = DEFAULT_CARD_LA
     if memory is None:
         raise ClusterError(f"card model {label!r} is not in the catalog ({catalog.source}); pass --card-model")
     return CardModel(label, memory)
+
+
+def card_model(catalog: Catalog, rounding: str, requests: Sequence[Request],
+               label: str = DEFAULT_CARD_LABEL) -> CardModel:
+    """The cards a run's requests need: catalog cards (every GPU relabelled ``label``) when they are
+    slices or name products; the trace's own GPUs otherwise. ClusterError when neither can hold them."""
+    if rounding == "slices" or any(r.product for r in requests):
+        return card_model_for(catalog, "slices", label)
+    with_memory = sum(1 for r in requests if r.memory_mib)
+    if with_memory:
+        raise ClusterError(f"{with_memory} free-form request(s) ask for GPU memory, but the node list gives the "
+                           "cards' memory nowhere: name catalog products, or drop gpu_memory_mib")
+    return CardModel(None, 0)
+
+
+def check_models(requests: Sequence[Request], nodes: Sequence[NodeSpec], card: CardModel) -> None:
+    """ClusterError when requests pin GPU models that no card of the cluster has (they could never run)."""
+    labels = {card.label} if card.label is not None else {n.model for n in nodes if n.gpus}
+    pins = Counter(r.model for r in requests if r.model is not None and not r.gpu_less)
+    missing = sorted(p for p in pins if not any(model_accepts(p, label) for label in labels))
+    if missing:
+        count = sum(pins[p] for p in missing)
+        raise ClusterError(f"{count} request(s) pin GPU model(s) no card of the cluster is: {', '.join(missing[:5])}"
+                           f" (the cluster has {', '.join(sorted(labels)) or 'no GPUs'})")
 
 
 def node_order(count: int, seed: int | None) -> list[int]:

@@ -15,7 +15,6 @@ them into the report.
 
 from __future__ import annotations
 
-import fnmatch
 import heapq
 import math
 import random
@@ -25,12 +24,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from packing.ledger import Allocation
-from packing.policies import get_policy
-from packing.products import Request
+from packing.products import Request, model_accepts
 from packing.queue import DEFAULT_ADMISSION, ClaimQueue, WaitingClaim
-from simulations import baselines, registry  # noqa: F401  (registers the simulator policies)
 from simulations.cluster import TrackedLedger
-from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel
+from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel, run_policy
 from simulations.traces import Job
 from simulations.workload import size_class
 
@@ -146,7 +143,7 @@ def stranded_milli(ledger: TrackedLedger, waiting: Sequence[Request]) -> int:
             continue
         usable = any(
             (g.empty if whole else g.free_milli >= milli and g.free_mib >= mib)
-            and (model is None or fnmatch.fnmatchcase(g.model, model))
+            and model_accepts(model, g.model)
             for whole, milli, mib, model in shapes
         )
         if not usable:
@@ -164,8 +161,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     if any(jobs[i].arrival > jobs[i + 1].arrival for i in range(len(jobs) - 1)):
         raise EngineError("jobs must be sorted by arrival")
     started = time.perf_counter()
-    policy = get_policy(config.policy)
-    baselines.prepare(seed, requests)
+    policy = run_policy(config.policy, requests, seed)
     scheduler = Scheduler(ledger, policy, config.model, seed=seed, use_index=config.use_index)
     rng = random.Random(seed + 1)  # bind latencies; the scheduler's generator breaks ties
     queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
@@ -225,6 +221,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                 heapq.heappush(heap, (now + runtime[j], _DEPART, j, gen))
         while next_job < n and arrival[next_job] <= now:
             job = jobs[next_job]
+            policy.observe(requests[next_job])  # the mix estimator sees every arrival, as the extender does
             limit = job.duration if config.declare_limits else None
             queue.arrive(WaitingClaim(f"j{next_job}", job.namespace, requests[next_job], arrived_at=job.arrival,
                                       priority=job.priority, time_limit=limit))

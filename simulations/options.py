@@ -9,9 +9,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packing.policies import DEFAULT_POLICY, POLICIES
+from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.queue import ADMISSION_POLICIES, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT
-from simulations import metrics, protocol_b, registry
+from simulations import metrics, protocol_b
 from simulations.cluster import DEFAULT_CARD_LABEL
 from simulations.scheduler import SCORES, TIES
 from simulations.workload import DEFAULT_RUNTIME_CAP_S, ROUNDINGS
@@ -106,7 +106,7 @@ def scheduler_options(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("placement and the path through kube-scheduler")
     g.add_argument("--policy", default=DEFAULT_POLICY,
                    help=f"placement policy, or several comma-separated (default {DEFAULT_POLICY}); "
-                   "one of: " + ", ".join(registry.policy_names()))
+                   "one of: " + ", ".join(policy_names()))
     g.add_argument("--ties", choices=TIES, default="stable",
                    help="node-score ties: per-seed fixed node order (stable, FGD's artifact) or random (upstream)")
     g.add_argument("--scores", choices=SCORES, default="exact",

@@ -17,11 +17,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from packing.policies import get_policy
 from packing.products import Catalog, Request
-from simulations import baselines, registry  # noqa: F401  (registers the simulator policies)
 from simulations.cluster import CardModel, build_ledger
-from simulations.scheduler import Scheduler, SchedulerModel
+from simulations.scheduler import Scheduler, SchedulerModel, run_policy
 from simulations.traces import NodeSpec, OpenbPod
 from simulations.workload import pod_request, size_class
 
@@ -116,14 +114,13 @@ def run_seed(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: CardM
              seed: int) -> RunA:
     """One protocol A run; deterministic for ``seed``."""
     started = time.perf_counter()
-    policy = get_policy(config.policy)
     rng = random.Random(seed)
     ledger = build_ledger(nodes, card, seed=seed, track_host=config.track_host)
     capacity = ledger.capacity_milli()
     if capacity == 0:
         raise ValueError("protocol A needs GPUs: the node list has none")
     workload = inflate(requests, capacity, config.inflation, rng)
-    baselines.prepare(seed, requests)
+    policy = run_policy(config.policy, requests, seed)
     scheduler = Scheduler(ledger, policy, config.model, seed=seed, use_index=config.use_index)
     arrived_milli = allocated_milli = 0
     arrived: list[float] = []
@@ -131,6 +128,7 @@ def run_seed(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: CardM
     failed: Counter[str] = Counter()
     for i, request in enumerate(workload):
         arrived_milli += request.total_milli
+        policy.observe(request)  # the mix estimator sees every arrival, as the extender does
         if scheduler.place(f"pod-{i}", request) is not None:
             allocated_milli += request.total_milli
         else:

@@ -14,23 +14,29 @@ The GPU(s) inside the chosen node come from ``packing.policies.place_on`` (the b
 Tie order: the ledger's node order, which the simulator sets to a per-seed permutation.
 
 ``KeyCache`` memoises node keys per request shape and re-scores only the nodes the ledger
-changed since that shape was last seen. It is exact for every policy whose key depends on the
-node's own state only (all of ours); a policy that is not (random fit) sets ``self_indexed`` and
-answers ``best_nodes`` itself. Best fit can also go through the ledger's sorted index
-(``use_index``): the same answers, slower when many requests fit nowhere or need no GPU.
+changed since that shape was last seen. It is exact for every policy that declares its key
+``node_local``; for one that reads the workload mix it starts afresh whenever the mix's version
+moves. A ``sampled`` policy (random fit) answers ``best_nodes`` itself. An ``indexed`` policy
+(best fit) can also go through the ledger's sorted index (``use_index``): the same answers,
+slower when many requests fit nowhere or need no GPU.
+
+``run_policy`` makes the policy instance of one run: its own mix (learnt online from the
+arrivals, or the whole workload for a baseline that assumes it known) and generator.
 """
 
 from __future__ import annotations
 
 import random
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, field, fields
 
 from sortedcontainers import SortedList
 
+from packing.fragment import TypicalMix
 from packing.ledger import Allocation, Ledger, Node
-from packing.policies import BEST_FIT, Choice, NodeKey, Policy, place_on, scale_scores
+from packing.mix_estimator import FixedMix
+from packing.policies import Choice, NodeKey, Policy, get_policy, place_on, policy_for, scale_scores
 from packing.products import Request
 from simulations.cluster import TrackedLedger
 
@@ -59,9 +65,13 @@ class SchedulerModel:
             raise SchedulerError(f"unknown scores {self.scores!r}; choose one of {', '.join(SCORES)}")
 
 
-def self_indexed(policy: Policy) -> bool:
-    """Does ``policy.best_nodes`` answer by itself, without node keys (random fit samples)?"""
-    return bool(getattr(policy, "self_indexed", False))
+def run_policy(name: str, requests: Sequence[Request], seed: int, prior: Sequence[Request] = ()) -> Policy:
+    """``name``'s instance for one run: a baseline that assumes the workload known gets the mix of
+    all ``requests`` (FGD's typical pods ignore host RAM); every other mix reader learns online
+    from ``prior`` on, with the extender's estimator settings."""
+    if get_policy(name).capabilities.workload_mix:
+        return policy_for(name, FixedMix(TypicalMix.from_requests(requests, host_memory=False)), seed)
+    return policy_for(name, seed=seed, prior=prior)
 
 
 def node_state(node: Node) -> tuple[object, ...]:
@@ -71,11 +81,6 @@ def node_state(node: Node) -> tuple[object, ...]:
         tuple((g.model, g.milli, g.memory_mib, g.free_milli, g.free_mib) for g in node.gpus),
         tuple(sorted(node.labels.items())),
     )
-
-
-def order_last(policy: Policy) -> bool:
-    """Does ``policy``'s key end with the node's order (a policy that breaks its own ties)?"""
-    return bool(getattr(policy, "order_last", False))
 
 
 @dataclass
@@ -90,8 +95,9 @@ class KeyCache:
     """Exact node keys of ``policy`` per request shape, kept current from the ledger's change log.
 
     Nodes in equal states get equal keys (the key is node-local), so a key is computed once per
-    (request shape, node state) and looked up for every node in that state; for an ``order_last``
-    policy, the state's part of the key is shared and each node's order appended.
+    (request shape, node state) and looked up for every node in that state; for a policy with
+    ``unique_keys``, the state's part of the key is shared and each node's order appended. Keys of
+    a policy that reads the mix are dropped whenever ``policy.mix_version`` moves.
     """
 
     def __init__(self, ledger: TrackedLedger, policy: Policy, max_shapes: int = MAX_CACHED_SHAPES) -> None:
@@ -102,8 +108,10 @@ class KeyCache:
         self._state_ids: dict[tuple[object, ...], int] = {}
         self._node_state: dict[str, int] = {}
         self._state_cursor = 0
-        self._order_last = order_last(policy)
+        self._order_last = policy.capabilities.unique_keys
+        self._mix_version = policy.mix_version
         self.rescored = 0  # node keys actually computed, for benchmarks
+        self.resets = 0  # times the mix moved and every key was dropped
 
     def _sync_states(self) -> None:
         log = self.ledger.changes
@@ -156,6 +164,11 @@ class KeyCache:
             shape.ranked.add(entry)
 
     def _current(self, request: Request) -> _Shape:
+        version = self.policy.mix_version
+        if version != self._mix_version:  # the mix moved: every key may have changed
+            self._mix_version = version
+            self._shapes.clear()
+            self.resets += 1
         self._sync_states()
         shape = self._shapes.get(request)
         if shape is None:
@@ -206,8 +219,10 @@ class Scheduler:
         self.policy = policy
         self.model = model or SchedulerModel()
         self.rng = random.Random(seed)
-        self.cache = KeyCache(ledger, policy) if isinstance(ledger, TrackedLedger) else None
-        self._own_index = self_indexed(policy) or (use_index and policy.name == BEST_FIT.name)
+        caps = policy.capabilities
+        cacheable = caps.node_local and not caps.sampled
+        self.cache = KeyCache(ledger, policy) if cacheable and isinstance(ledger, TrackedLedger) else None
+        self._own_index = caps.sampled or (use_index and caps.indexed)
 
     def _keys(self, request: Request) -> dict[str, NodeKey]:
         if self.cache is not None and not self._own_index:
@@ -256,7 +271,7 @@ class ModelledPolicy(Policy):
     @classmethod
     def wrap(cls, scheduler: Scheduler) -> ModelledPolicy:
         p = scheduler.policy
-        return cls(p.name, p.description, p.node_key, p.pick_on, scheduler)
+        return cls(**{f.name: getattr(p, f.name) for f in fields(Policy)}, scheduler=scheduler)
 
     def _ours(self, ledger: Ledger, nodes: Collection[str] | None) -> Scheduler | None:
         s = self.scheduler
@@ -278,4 +293,4 @@ def plain_policy(p: ModelledPolicy) -> Policy:
     """The plain policy behind a modelled one (the scheduler's, else a bare copy)."""
     if p.scheduler is not None:
         return p.scheduler.policy
-    return Policy(p.name, p.description, p.node_key, p.pick_on)
+    return Policy(**{f.name: getattr(p, f.name) for f in fields(Policy)})

@@ -25,9 +25,12 @@ class WorkloadError(ValueError):
 
 def _rounded(catalog: Catalog, milli: int, count: int, cpu: int, mem: int, model: str | None) -> Request:
     product = catalog.round_up(milli, model)
+    if product is None and model is not None:
+        raise WorkloadError(f"no product in {catalog.source} is for GPU model {model!r}: slices cannot honour "
+                            "that pin (use --rounding none to keep the cluster's own GPU models)")
     if product is None:
         raise WorkloadError(f"no product in {catalog.source} holds {milli} milli")
-    return catalog.request(product.name, count, cpu_milli=cpu, host_memory_mib=mem)
+    return catalog.request(product.name, count, cpu_milli=cpu, host_memory_mib=mem, model=model)
 
 
 def request_for(milli: int, count: int, cpu: int, mem: int, catalog: Catalog, rounding: str,
@@ -35,7 +38,7 @@ def request_for(milli: int, count: int, cpu: int, mem: int, catalog: Catalog, ro
     """The request one workload makes; WorkloadError when it cannot be one."""
     try:
         if product is not None:
-            return catalog.request(product, count, cpu_milli=cpu, host_memory_mib=mem)
+            return catalog.request(product, count, cpu_milli=cpu, host_memory_mib=mem, model=model)
         if count == 0:
             return Request(milli=0, memory_mib=0, count=0, cpu_milli=cpu, host_memory_mib=mem)
         if rounding == "slices":
@@ -47,8 +50,9 @@ def request_for(milli: int, count: int, cpu: int, mem: int, catalog: Catalog, ro
 
 
 def pod_request(pod: OpenbPod, catalog: Catalog, rounding: str) -> Request:
-    """An ``openb`` pod's request (``gpu_spec`` is ignored: every GPU counts as a card)."""
-    return request_for(pod.gpu_milli, pod.num_gpu, pod.cpu_milli, pod.memory_mib, catalog, rounding)
+    """An ``openb`` pod's request; its ``gpu_spec`` (``V100M16|V100M32``) is the model it may run on."""
+    return request_for(pod.gpu_milli, pod.num_gpu, pod.cpu_milli, pod.memory_mib, catalog, rounding,
+                       model=pod.gpu_spec or None)
 
 
 def job_request(job: Job, catalog: Catalog, rounding: str) -> Request:
@@ -134,7 +138,7 @@ def openb_jobs(pods: Sequence[OpenbPod], cap_s: float | None = DEFAULT_RUNTIME_C
         assert p.creation_time is not None
         jobs.append(Job(
             name=p.name, arrival=p.creation_time, duration=kept, milli=p.gpu_milli, count=p.num_gpu,
-            cpu_milli=p.cpu_milli, memory_mib=p.memory_mib,
+            cpu_milli=p.cpu_milli, memory_mib=p.memory_mib, model=p.gpu_spec or None,
             namespace=(p.qos or "default") if namespace_from_qos else "default",
         ))
     jobs.sort(key=lambda j: j.arrival)

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 
+from packing.fragment import TypicalMix
 from packing.ledger import Gpu, Ledger, LedgerError, NoFit
+from packing.mix_estimator import FixedMix
 from packing.policies import (
     BEST_FIT,
     DEFAULT_POLICY,
@@ -18,16 +20,18 @@ from packing.policies import (
     MAX_SCORE,
     POLICIES,
     SPREAD,
+    Capabilities,
     Choice,
     NodeKey,
     Policy,
-    _best_fit_best_nodes,
     get_policy,
     place,
     place_on,
-    register_policy,
+    policy_for,
+    policy_names,
     scale_scores,
 )
+from packing.policies.best_fit import indexed_best_nodes
 from packing.products import Catalog, Request, load_catalog
 
 CATALOG: Catalog = load_catalog()
@@ -36,7 +40,12 @@ V100 = "Tesla-V100-SXM2-32GB"
 Q = CATALOG.request("v100-25")
 H = CATALOG.request("v100-50")
 W = CATALOG.request("v100-100")
-BUILT_IN = [BEST_FIT, FIRST_FIT, SPREAD, FRAG_AWARE]  # not POLICIES: other packages register randomised ones
+# a mix for the policies that read one: catalog slices, free-form shares and host CPU
+MIX = FixedMix(TypicalMix.from_requests(
+    [Q, Q, H, W, W, W, CATALOG.request("v100-100", 2), Request(470, cpu_milli=4000), Request(810, cpu_milli=8000),
+     Request(0, count=0, cpu_milli=2000)]))
+# every registered policy but random fit (its key is a fresh draw), each with its own context
+KEYED = [policy_for(name, MIX) for name, p in POLICIES.items() if not p.capabilities.sampled]
 
 
 # ---- strategies ----------------------------------------------------------------------------------
@@ -195,7 +204,7 @@ def test_every_policy_chooses_the_argmin_of_its_node_key(data: st.DataObject) ->
     note(describe(ledger))
     request = data.draw(requests())
     nodes = data.draw(subsets(ledger))
-    policy = data.draw(st.sampled_from(BUILT_IN))
+    policy = data.draw(st.sampled_from(KEYED))
     choice = policy.choose(ledger, request, nodes)
     assert choice == brute_choose(policy, ledger, request, nodes)
     candidates = [*(ledger.nodes if nodes is None else nodes), "not-a-node"]
@@ -223,10 +232,10 @@ def test_best_fit_fast_path_equals_the_generic_scan(data: st.DataObject) -> None
     note(describe(ledger))
     request = data.draw(requests().filter(lambda r: not r.gpu_less))
     nodes = data.draw(subsets(ledger))
-    fast = _best_fit_best_nodes(ledger, request, nodes)
+    fast = indexed_best_nodes(ledger, request, nodes)
     generic = generic_best_nodes(ledger, request, nodes)
     models = [m for m in ledger.models() if request.accepts_model(m)]
-    first = _best_fit_best_nodes(ledger, request, nodes, first_only=True)
+    first = indexed_best_nodes(ledger, request, nodes, first_only=True)
     if request.whole and len(models) > 1:
         assert fast is None and first is None  # declined: the scan decides
     else:
@@ -365,21 +374,41 @@ def test_place_on_a_node_that_cannot_hold_it() -> None:
         place_on(ledger, "q", Q, "n0")
 
 
-def test_policy_registry() -> None:
-    assert DEFAULT_POLICY == "best-fit" and get_policy("best-fit") is BEST_FIT
-    with pytest.raises(ValueError, match="unknown policy 'worst'; choose one of best-fit, first-fit"):
+def test_policy_registry_is_one_immutable_mapping() -> None:
+    assert policy_names()[0] == DEFAULT_POLICY and get_policy("best-fit") is BEST_FIT
+    with pytest.raises(ValueError, match="unknown policy 'worst'; choose one of gradient-fit, best-fit"):
         get_policy("worst")
-    with pytest.raises(ValueError, match="already registered"):
-        register_policy(BEST_FIT)
-    custom = Policy("test-last", "the last node", lambda _l, _r, n: (-n.order,), BEST_FIT.pick_on)
-    register_policy(custom)
-    try:
-        assert place(cluster(1, 1, 1), "q", Q, get_policy("test-last")).node == "n2"
-    finally:
-        del POLICIES["test-last"]
+    with pytest.raises(TypeError):
+        POLICIES["worst"] = BEST_FIT  # type: ignore[index]
+    assert {"random", "go-best-fit", "fgd"} <= set(POLICIES)  # the baselines are served too, marked
+    assert [n for n, p in POLICIES.items() if p.capabilities.baseline] == ["random", "go-best-fit", "fgd"]
+    assert policy_names(baselines=False) == [n for n in POLICIES if n not in ("random", "go-best-fit", "fgd")]
+    custom = Policy("test-last", "the last node", lambda _c, _l, _r, n: (-n.order,), BEST_FIT.pick_fn)
+    assert place(cluster(1, 1, 1), "q", Q, custom).node == "n2"  # an unregistered policy still places
 
 
-@pytest.mark.parametrize("policy", BUILT_IN, ids=lambda p: p.name)
+def test_policy_for_gives_each_user_its_own_context() -> None:
+    a, b = policy_for(DEFAULT_POLICY), policy_for(DEFAULT_POLICY)
+    assert a.context.mix_source is not None and a.context.mix_source is not b.context.mix_source
+    version = a.mix_version
+    a.observe(Q)
+    assert a.mix_version != version and b.mix_version == version
+    assert get_policy(DEFAULT_POLICY).context.mix_source is None  # the registry's entry stays context-free
+    assert policy_for("best-fit") == BEST_FIT and policy_for("best-fit").mix_version == 0
+    rng_a, rng_b = policy_for("random", seed=7).context.rng, policy_for("random", seed=7).context.rng
+    assert rng_a is not None and rng_b is not None and rng_a.random() == rng_b.random()
+
+
+def test_capabilities_are_declared_not_inferred_from_names() -> None:
+    assert BEST_FIT.capabilities == Capabilities(indexed=True)
+    assert get_policy("random").capabilities.sampled and not get_policy("random").capabilities.node_local
+    assert get_policy("fgd").capabilities.workload_mix and get_policy("fgd").capabilities.needs_mix
+    for name in ("frag-gradient", DEFAULT_POLICY):
+        caps = get_policy(name).capabilities
+        assert caps.needs_mix and caps.unique_keys and not caps.baseline
+
+
+@pytest.mark.parametrize("policy", KEYED, ids=lambda p: p.name)
 def test_ties_in_node_order_break_by_name_whatever_the_candidate_order(policy: Policy) -> None:
     # regression: with equal keys and equal orders the winner followed the caller's list order
     ledger = Ledger()

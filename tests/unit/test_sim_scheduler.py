@@ -9,9 +9,8 @@ from hypothesis import strategies as st
 from packing.ledger import Ledger
 from packing.policies import POLICIES, get_policy, scale_scores
 from packing.products import Request
-from simulations import baselines, registry
 from simulations.cluster import CardModel, TrackedLedger, build_ledger, card_nodes
-from simulations.scheduler import KeyCache, ModelledPolicy, Scheduler, SchedulerError, SchedulerModel
+from simulations.scheduler import KeyCache, ModelledPolicy, Scheduler, SchedulerError, SchedulerModel, run_policy
 from simulations.traces import NodeSpec
 
 CARD = CardModel("Tesla-V100-SXM2-32GB", 32768)
@@ -22,7 +21,7 @@ REQUESTS = [
     Request(milli=1000, memory_mib=32768, count=2, cpu_milli=2000),
     Request(milli=0, memory_mib=0, count=0, cpu_milli=16000),
 ]
-CACHED = [p for p in registry.policy_names() if p != "random"]
+CACHED = [name for name, p in POLICIES.items() if not p.capabilities.sampled]
 
 
 def small_cluster(seed: int) -> TrackedLedger:
@@ -38,12 +37,12 @@ ops = st.lists(st.tuples(st.sampled_from(["place", "release"]), st.integers(0, l
 @given(ops=ops, seed=st.integers(0, 100), policy=st.sampled_from(CACHED))
 def test_key_cache_equals_a_full_scan(ops: list[tuple[str, int, int]], seed: int, policy: str) -> None:
     ledger = small_cluster(seed)
-    p = get_policy(policy)
-    baselines.prepare(seed, REQUESTS)
+    p = run_policy(policy, REQUESTS, seed)
     cache = KeyCache(ledger, p)
     live: list[str] = []
     for i, (op, r, pick) in enumerate(ops):
         request = REQUESTS[r]
+        p.observe(request)  # a mix reader's keys move with the mix: the cache must follow
         assert cache.keys(request) == p.keys(ledger, request, ledger.nodes)
         assert cache.best(request) == p.best_nodes(ledger, request)
         if op == "place":
@@ -121,9 +120,8 @@ def test_best_fit_index_and_key_cache_agree() -> None:
 
 def test_random_fit_samples_a_fitting_node() -> None:
     ledger = small_cluster(1)
-    baselines.prepare(5, REQUESTS)
     request = Request(milli=1000, memory_mib=32768, count=4)
-    chosen = {Scheduler(ledger, get_policy("random"), seed=s).choose(request) for s in range(20)}
+    chosen = {Scheduler(ledger, run_policy("random", REQUESTS, s), seed=s).choose(request) for s in range(20)}
     assert chosen == {n.name for n in ledger.nodes.values() if len(n.gpus) == 4}
 
 
@@ -147,5 +145,10 @@ def test_unknown_modes_are_refused() -> None:
         SchedulerModel(scores="coarse")
 
 
-def test_simulator_policies_are_registered() -> None:
-    assert {"random", "go-best-fit", "fgd", "frag-gradient"} <= set(POLICIES)
+def test_a_run_gets_its_own_mix() -> None:
+    online = run_policy("frag-gradient", REQUESTS, 0)
+    offline = run_policy("fgd", REQUESTS, 0)
+    assert online.context.mix_source is not None and online.context.mix_source.mix().pods == ()  # nothing seen yet
+    assert offline.context.mix_source is not None and len(offline.context.mix_source.mix().pods) == len(REQUESTS)
+    online.observe(REQUESTS[0])
+    assert [p.milli for p in online.context.mix().pods] == [250]
