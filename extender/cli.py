@@ -15,7 +15,7 @@ from extender.client import ClientError, ExtenderClient
 from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig
 from extender.state import MODES
 from extender.wire import DEFAULT_MAX_NODES
-from packing.policies import POLICIES
+from packing.policies import DEFAULT_POLICY, policy_names
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,7 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--bind-verb", default="bind")
     ap.add_argument("--mode", choices=MODES, default="strict",
                     help="strict: filter keeps only the policy's best nodes and reserves; cooperative: all fitting")
-    ap.add_argument("--policy", choices=sorted(POLICIES), default="best-fit")
+    ap.add_argument("--policy", choices=policy_names(), default=DEFAULT_POLICY,
+                    help=f"placement policy (default {DEFAULT_POLICY}); the simulator offers the same set")
     ap.add_argument("--reservation-ttl", type=float, default=30.0, metavar="SECONDS",
                     help="how long a filter's reservation waits for its bind (default 30)")
     ap.add_argument("--pod-cache", type=int, default=10_000, help="pods remembered between filter and bind")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from extender.state import StateConfig
 from extender.wire import DEFAULT_MAX_NODES
+from packing.policies import DEFAULT_POLICY
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -56,7 +57,7 @@ class ExtenderConfig:
     body_timeout_s: float = 10.0  # a body still arriving after this long is refused (408)
     slow_request_s: float = 0.5  # a request slower than this is logged with its phases
     mode: str = "strict"
-    policy: str = "best-fit"
+    policy: str = DEFAULT_POLICY
     reservation_ttl_s: float = 30.0
     pod_cache_size: int = 10_000
     refused_resources: tuple[str, ...] = ()

@@ -24,8 +24,9 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from packing.ledger import Allocation, Ledger
-from packing.policies import POLICIES, NodeKey, Policy, get_policy, scale_scores
-from packing.products import Request
+from packing.mix_estimator import catalog_prior
+from packing.policies import NodeKey, Policy, policy_for, scale_scores
+from packing.products import Catalog, Request
 
 if TYPE_CHECKING:
     from extender.asks import PodAsk
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 
 MODES = ("strict", "cooperative")
 REASON_HEAD = "gpuslice "
-# built-in policies whose node key reads only that node: their keys can be cached per node
-_NODE_LOCAL = frozenset(("best-fit", "first-fit", "spread", "frag-aware"))
 
 
 class Code(StrEnum):
@@ -106,12 +105,14 @@ class PolicyUse:
     indexed_best: bool  # ``best_nodes`` walks the ledger's sorted index: cheaper than the cached keys
 
     @classmethod
-    def named(cls, name: str) -> PolicyUse:
-        """The one place the extender obtains its policy (ValueError for an unknown name)."""
-        policy = get_policy(name)
-        builtin = POLICIES.get(policy.name) is policy
-        node_local = builtin and policy.name in _NODE_LOCAL
-        return cls(policy, node_local, node_local and policy.name == "best-fit")
+    def named(cls, name: str, catalog: Catalog | None = None) -> PolicyUse:
+        """The one place the extender obtains its policy (ValueError for an unknown name): an instance of
+        its own, whose mix estimator starts from ``catalog``'s products; what it may assume comes from
+        the policy's declared capabilities."""
+        policy = policy_for(name, prior=catalog_prior(catalog) if catalog is not None else ())
+        caps = policy.capabilities
+        node_local = caps.node_local and not caps.needs_mix and not caps.sampled  # a mix reader's keys move
+        return cls(policy, node_local, node_local and caps.indexed)
 
 
 # ---- filter ----------------------------------------------------------------------------------------

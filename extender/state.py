@@ -52,7 +52,7 @@ from extender.timing import phase
 from extender.waiting_room import WaitingRoom
 from extender.wire import BindingArgs, ExtenderArgs, FilterResult, node_name
 from packing.ledger import Allocation, Ledger, LedgerError
-from packing.policies import Policy
+from packing.policies import DEFAULT_POLICY, Policy
 from packing.products import Catalog
 from packing.queue import ClaimQueue
 from packing.record import AllocationRecord
@@ -84,7 +84,7 @@ class StateConfig:
     """How the extender decides: mode, policy, reservation TTL and bounds, and standalone's own rules."""
 
     mode: str = "strict"
-    policy: str = "best-fit"
+    policy: str = DEFAULT_POLICY
     reservation_ttl_s: float = 30.0
     pod_cache_size: int = 10_000
     refused_resources: tuple[str, ...] = ()
@@ -150,7 +150,7 @@ class ExtenderState:
         self.binder = binder
         self.config = config or StateConfig()
         self.clock = clock
-        self.use = PolicyUse.named(self.config.policy)
+        self.use = PolicyUse.named(self.config.policy, catalog)
         self.cache = ClaimCache(ledger if ledger is not None else Ledger(), self.use, self.config.pod_cache_size)
         self.inventory = InventorySync(self.cache, catalog)
         self.asks = AskReader(catalog, self.config.refused_resources, claims)
@@ -195,8 +195,14 @@ class ExtenderState:
         return self.asks.read(pod)
 
     def take_in(self, ask: PodAsk) -> bool:
-        """The one place a claim the extender sees is first taken in (caller holds the lock); True when new."""
-        return self.cache.remember(ask)
+        """The one place a claim the extender sees is first taken in (caller holds the lock); True when new.
+
+        A new claim's shape feeds the policy's mix estimator (nothing for a policy that reads no mix).
+        """
+        new = self.cache.remember(ask)
+        if new and ask.request is not None:
+            self.policy.observe(ask.request)
+        return new
 
     def housekeep(self) -> float:
         """Lapse due reservations and idle waiting claims (caller holds the lock); now."""

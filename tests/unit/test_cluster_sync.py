@@ -83,7 +83,7 @@ def gated_pod(name: str, product: str, created: str) -> dict[str, Any]:
 
 def setup() -> tuple[FakeApi, ClusterState, ClusterSync, list[int]]:
     api = FakeApi()
-    state = ClusterState(CATALOG, NoBinder(), StateConfig(), clock=lambda: 1.8e9)
+    state = ClusterState(CATALOG, NoBinder(), StateConfig(policy="best-fit"), clock=lambda: 1.8e9)
     kicks: list[int] = []
     sync = ClusterSync(state, api, ClusterConfig(), ClusterMetrics(CollectorRegistry()),  # type: ignore[arg-type]
                        kick=lambda: kicks.append(1))

@@ -107,7 +107,7 @@ def test_malformed_labels_are_inventory_errors(count: str) -> None:
 
 
 def state() -> ExtenderState:
-    config = StateConfig(standalone=True, learn_nodes=True)
+    config = StateConfig(standalone=True, learn_nodes=True, policy="best-fit")  # the tests name best fit's choices
     return ExtenderState(CATALOG, MemoryBinder(), config, clock=lambda: 100.0)  # a still clock: deadlines repeat
 
 

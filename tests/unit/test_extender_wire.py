@@ -138,7 +138,7 @@ def test_host_priority_list_is_an_array_of_host_and_score_in_range() -> None:
 
 
 def test_over_http_both_modes_answer_in_the_shape_the_scheduler_decodes() -> None:
-    config = ExtenderConfig(standalone=True, nodes=2, gpus_per_node=1, learn_nodes=True)
+    config = ExtenderConfig(standalone=True, nodes=2, gpus_per_node=1, learn_nodes=True, policy="best-fit")
     state = build_state(config, CATALOG)
     client = create_app(state, config).test_client()
     by_names = post(client, "/filter", raw(filter_args(pod("a", "v100-100"), ["node-0", "node-1", "x"])))
