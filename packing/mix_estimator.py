@@ -5,20 +5,20 @@ workload (``packing.fragment``). A cluster does not know its workload in advance
 ``MixEstimator`` keeps a decayed histogram over request shapes, fed one claim at a time:
 
 * **half-life**: a claim's weight halves every ``half_life`` claims seen after it (default
-  8000), so the mix follows a workload that changes, yet a stationary stream converges to its
-  shape frequencies (the effective sample is about 2.9 × the half-life; property-tested). A
-  shorter half-life costs packing: on ``openb`` ``default`` (protocol A) 2000 claims left 0.3
-  point more GPU unallocated than 8000, which is within 0.1 of the mix known in advance;
+  4000), so the mix follows a workload that changes, yet a stationary stream converges to its
+  shape frequencies (the effective sample is about 2.9 × the half-life; property-tested);
 * **cold start**: a ``prior`` (the extender passes one request per catalog product,
   ``catalog_prior``) counts as claims seen before the first, decaying like any other; after it,
   the mix is that of the claims seen so far, the current one included. Without a prior (a
   free-form trace the catalog does not describe) the first claim sees only itself;
 * **published snapshots**: scoring reads an immutable ``TypicalMix``, republished after 1, 2, 4,
-  8, … claims up to every ``refresh`` claims (default a quarter of the half-life); from then on a new
-  snapshot replaces the published one only when the typical shapes' weights moved by more than
-  ``tolerance`` in total (L1, default 0.1: well above the sampling noise between two snapshots of
-  a stationary stream). ``version`` changes with each snapshot, so caches of node keys know when
-  to drop them: a dozen re-scorings per long run instead of one per claim.
+  8, … claims and then every ``refresh`` claims (default 512). ``version`` changes with each
+  snapshot, so caches of node keys know when to drop them: a few dozen re-scorings in a run of
+  ten thousand claims instead of one per claim.
+
+Measured on ``openb`` (protocol A, 5 seeds), learning the mix online costs 0.1 to 0.3 point of
+unallocated GPU against the mix of the whole trace known in advance; snapshots every 512 claims
+did better than every 1000 or 2000, and longer half-lives better than 2000 claims.
 
 O(1) per claim (a global weight that grows by 2^(1/half-life) instead of decaying every entry,
 renormalised before it overflows); O(shapes · log shapes) per snapshot.
@@ -33,8 +33,8 @@ from typing import Protocol
 from packing.fragment import DEFAULT_COVERAGE, EMPTY_MIX, Shape, TypicalMix, shape_of
 from packing.products import Catalog, Request
 
-DEFAULT_HALF_LIFE = 8000  # claims
-DEFAULT_TOLERANCE = 0.1  # L1 distance between typical mixes that counts as a change
+DEFAULT_HALF_LIFE = 4000  # claims
+DEFAULT_REFRESH = 512  # claims between snapshots once warm
 MAX_SHAPES = 4096  # distinct shapes kept; the lightest are dropped beyond (continuous CPU sizes)
 _RESCALE_AT = 1e200
 
@@ -70,22 +70,19 @@ class FixedMix:
 class MixEstimator:
     """A decayed histogram over request shapes, published as a ``TypicalMix`` (see the module docstring)."""
 
-    def __init__(self, half_life: float = DEFAULT_HALF_LIFE, refresh: int | None = None,
-                 coverage: float = DEFAULT_COVERAGE, tolerance: float = DEFAULT_TOLERANCE,
-                 host_memory: bool = False, prior: Iterable[Request] = ()) -> None:
+    def __init__(self, half_life: float = DEFAULT_HALF_LIFE, refresh: int = DEFAULT_REFRESH,
+                 coverage: float = DEFAULT_COVERAGE, host_memory: bool = False, prior: Iterable[Request] = (),
+                 early: int = 1) -> None:
         """``host_memory``: typical pods keep their host RAM request (FGD's keep CPU only);
         ``prior``: requests counted as seen before the first claim (the cold start)."""
         if not (math.isfinite(half_life) and half_life > 0):
             raise ValueError(f"half-life must be a positive number of claims, got {half_life}")
-        refresh = max(1, int(half_life // 4)) if refresh is None else refresh
         if refresh < 1:
             raise ValueError(f"refresh must be at least 1 claim, got {refresh}")
         if not 0 < coverage <= 1:
             raise ValueError(f"coverage must be within (0, 1], got {coverage}")
-        if not 0 <= tolerance <= 2:
-            raise ValueError(f"tolerance must be within 0..2, got {tolerance}")
-        self.tolerance = tolerance
         self.host_memory = host_memory
+        self.early = early
         self.half_life = float(half_life)
         self.refresh = refresh
         self.coverage = coverage
@@ -135,22 +132,11 @@ class MixEstimator:
         self._unit = 1.0
 
     def _publish(self) -> None:
-        fresh = TypicalMix.from_weights(self._weights, self.coverage, self.host_memory)
-        steady = self._next_publish >= self.refresh
-        self._next_publish = self.seen + (self.refresh if steady else self._next_publish)
-        if steady and distance(fresh, self._mix) <= self.tolerance:
-            return  # the mix moved no more than noise: keep the snapshot (and every cached key)
-        self._mix = fresh
+        self._mix = TypicalMix.from_weights(self._weights, self.coverage, self.host_memory)
         self._version += 1
+        self._next_publish = self.seen + max(1, min(self.seen // self.early, self.refresh))
 
 
 def catalog_prior(catalog: Catalog) -> tuple[Request, ...]:
     """One request per catalog product: the cold-start mix of a cluster that offers them."""
     return tuple(catalog.request(p.name) for p in catalog.products)
-
-
-def distance(a: TypicalMix, b: TypicalMix) -> float:
-    """L1 distance between two mixes' typical-shape weights (a shape one lacks weighs 0 there)."""
-    wa = {(p.cpu_milli, p.memory_mib, p.milli, p.count, p.model): p.weight for p in a.pods}
-    wb = {(p.cpu_milli, p.memory_mib, p.milli, p.count, p.model): p.weight for p in b.pods}
-    return sum(abs(wa.get(s, 0.0) - wb.get(s, 0.0)) for s in wa.keys() | wb.keys())

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from packing.mix_estimator import catalog_prior
 from packing.products import Catalog, CatalogError, Request, load_catalog
-from simulations import metrics, protocol_a, protocol_b, report
-from simulations.cluster import CardModel, ClusterError, card_model_for, card_nodes
+from simulations import command_a, metrics, protocol_a, protocol_b, report
+from simulations.cluster import CardModel, ClusterError, card_model, card_nodes, check_models
 from simulations.engine import EngineConfig, EngineError
 from simulations.inputs import Inputs, job_pool, load_inputs
 from simulations.options import (
@@ -23,6 +24,7 @@ from simulations.options import (
     UsageError,
     chosen_admissions,
     chosen_policies,
+    chosen_ties,
     output_options,
     output_paths,
     parse_cap,
@@ -30,6 +32,7 @@ from simulations.options import (
     parse_rho,
     parse_seeds,
     positive_int,
+    protocol_a_options,
     queue_options,
     scheduler_options,
     workload_options,
@@ -37,7 +40,7 @@ from simulations.options import (
 from simulations.progress import Progress
 from simulations.scheduler import SchedulerError, SchedulerModel
 from simulations.sizing import SizingError, lower_bound_cards, smallest_cards
-from simulations.synthetic import SyntheticError, SyntheticSpec, generate
+from simulations.synthetic import SyntheticError
 from simulations.traces import NodeSpec, TraceError
 from simulations.workload import WorkloadError, job_request
 
@@ -54,7 +57,10 @@ def _catalog(args: argparse.Namespace) -> Catalog:
 
 
 def _model(args: argparse.Namespace) -> SchedulerModel:
-    return SchedulerModel(ties=args.ties, scores=args.scores)
+    ties = chosen_ties(args)
+    if len(ties) > 1:
+        raise UsageError(f"protocol B and plan take one tie rule, got {args.ties}")
+    return SchedulerModel(ties=ties[0], scores=args.scores)
 
 
 # ---- simulate --------------------------------------------------------------------------------------
@@ -84,6 +90,7 @@ def simulate_main(argv: Sequence[str]) -> int:
                     help="protocol A: workload inflated to this multiple of GPU capacity (default 1.3)")
     workload_options(ap)
     scheduler_options(ap)
+    protocol_a_options(ap)
     queue_options(ap)
     output_options(ap)
     args = ap.parse_args(list(argv))
@@ -91,8 +98,10 @@ def simulate_main(argv: Sequence[str]) -> int:
     def run() -> int:
         inputs = load_inputs(args)
         protocol = args.protocol or ("a" if inputs.kind == "openb" else "b")
+        if protocol == "b" and len(inputs.workloads) > 1:
+            raise UsageError("protocol B reads one pod list; several are for protocol A's sweep")
         if protocol == "a":
-            return _simulate_a(args, inputs)
+            return command_a.simulate_a(args, inputs)
         return _simulate_b(args, inputs)
 
     return _guarded(ap, run)
@@ -111,74 +120,6 @@ def _guarded(ap: argparse.ArgumentParser, run: Callable[[], int]) -> int:
         return 2
 
 
-def _requests_a(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
-                rounding: str) -> tuple[list[NodeSpec], list[Request], CardModel]:
-    if inputs.kind == "openb":
-        if inputs.nodes is None:
-            raise UsageError("protocol A on openb pods needs --nodes (openb_node_list_gpu_node.csv)")
-        assert inputs.pods is not None
-        return inputs.nodes, protocol_a.pod_requests(inputs.pods, catalog, rounding), \
-            card_model_for(catalog, rounding, args.card_model)
-    jobs = inputs.jobs if inputs.jobs is not None else generate(SyntheticSpec(cards=args.cards or 64,
-                                                                              jobs=args.jobs or 2000), 0)
-    nodes = inputs.nodes or card_nodes(args.cards or protocol_b.DEFAULT_CARDS, label=args.card_model)
-    requests = [job_request(j, catalog, rounding) for j in jobs]
-    return nodes, requests, protocol_b.card_for(catalog, rounding, requests)
-
-
-def _simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
-    catalog = _catalog(args)
-    rounding = args.rounding or "none"
-    seeds = args.seeds or protocol_a.DEFAULT_SEEDS
-    nodes, requests, card = _requests_a(args, inputs, catalog, rounding)
-    results: dict[str, dict[str, Any]] = {}
-    runs: list[dict[str, Any]] = []
-    policies = chosen_policies(args)
-    bar = _progress(args, "protocol A")
-    for k, name in enumerate(policies):
-        config = protocol_a.ProtocolAConfig(policy=name, rounding=rounding, model=_model(args),
-                                            inflation=args.inflation, track_host=inputs.kind == "openb")
-        done = protocol_a.run(nodes, requests, card, config, seeds, _stepper(bar, k, len(policies)))
-        results[name] = protocol_a.summarize(done)
-        runs.extend({k2: v for k2, v in r.as_dict().items() if k2 != "curve"} for r in done)
-    bar.close()
-    # the published numbers are for free-form sizes under the artifact's stable tie-breaking
-    comparable = inputs.description == "openb_pod_list_default.csv" and rounding == "none" and \
-        args.ties == "stable" and args.inflation == protocol_a.DEFAULT_INFLATION
-    published = report.PUBLISHED_DEFAULT if comparable else {}
-    header = {"trace": inputs.description, "rounding": rounding, "ties": args.ties, "scores": args.scores,
-              "seeds": _seed_text(seeds), "published": published}
-    print(report.protocol_a_text(results, header))
-    _print_skipped(inputs)
-    main = results[policies[0]]
-    data = {
-        "protocol": "a",
-        "workload": inputs.description,
-        "nodes": len(nodes),
-        "cards": sum(n.gpus for n in nodes),
-        "rounding": rounding,
-        "ties": args.ties,
-        "scores": args.scores,
-        "inflation": args.inflation,
-        "seeds": list(seeds),
-        "policy": policies[0],
-        "unallocated_gpu_pct_at_100": main["unallocated_gpu_pct_at_100"],
-        "unallocated_gpu_pct_at_100_sd": main["unallocated_gpu_pct_at_100_sd"],
-        "policies": results,
-        "runs": runs,
-        "published_unallocated_gpu_pct_at_100": published,
-        "skipped_rows": inputs.skipped(),
-    }
-    plots_dir = _write_results(args, data, lambda: report.protocol_a_rows(results))
-    if plots_dir is not None:
-        from simulations import plots
-
-        plots.allocation_vs_arrived({p: s["curve"] for p, s in results.items()},
-                                    plots_dir / "allocation_vs_arrived.png",
-                                    f"protocol A: {inputs.description} ({rounding}, ties {args.ties})")
-    return 0
-
-
 def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: AdmissionChoice,
               rounding: str) -> protocol_b.ProtocolBConfig:
     """Protocol B's settings from the flags; the built-in workload is generated at --rho, so not rescaled."""
@@ -187,10 +128,18 @@ def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: 
                           age_limits=admission.age_limits, max_drain_targets=admission.max_drain_targets,
                           drain_horizon_s=admission.drain_horizon_s,
                           reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
-                          declare_limits=args.declare_limits)
+                          declare_limits=args.declare_limits, prior=_prior(inputs, _catalog(args), rounding),
+                          record_placements=bool(getattr(args, "placements", None)))
     return protocol_b.ProtocolBConfig(engine=engine, rounding=rounding,
                                       rho=None if inputs.kind == "builtin" else args.rho, arrivals=args.arrivals,
                                       jobs=args.jobs, sla_s=args.sla)
+
+
+def _prior(inputs: Inputs, catalog: Catalog, rounding: str) -> tuple[Request, ...]:
+    """What a mix estimator starts from: the catalog's products when the jobs are catalog slices (as in
+    the extender), nothing for free-form sizes the catalog does not describe."""
+    sliced = rounding == "slices" or inputs.kind == "builtin" or any(j.product for j in inputs.jobs or ())
+    return catalog_prior(catalog) if sliced else ()
 
 
 def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
@@ -202,6 +151,7 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     source, cap, description = job_pool(args, inputs)
     nodes = inputs.nodes if inputs.nodes is not None and not args.cards else None
     cards = None if nodes is not None else (args.cards or protocol_b.DEFAULT_CARDS)
+    card, host_ignored = _cards_b(args, source, catalog, rounding, nodes, cards)
     policies = chosen_policies(args)
     admissions = chosen_admissions(args)
     combos = [(p, a) for p in policies for a in admissions]
@@ -211,14 +161,14 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     bar = _progress(args, "protocol B")
     for k, (policy, admission) in enumerate(combos):
         config = _config_b(args, inputs, policy, admission, rounding)
-        result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, track_host=args.host,
-                                progress=_stepper(bar, k, len(combos)))
+        result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, card=card,
+                                track_host=args.host, progress=_stepper(bar, k, len(combos)))
         results[(policy, admission.label)] = {**result.pooled(), "per_seed_p99":
                                               {p: v.as_dict() for p, v in result.per_seed(99).items()}}
         done[(policy, admission.label)] = result
         sims[f"{policy}+{admission.label}"] = result.simulations
     bar.close()
-    saturated = _saturation_runs(args, inputs, catalog, combos, rounding, seeds, nodes, cards)
+    saturated = _saturation_runs(args, inputs, catalog, combos, rounding, seeds, nodes, cards, card)
     first = next(iter(results.values()))
     some = next(iter(done.values()))
     runtime_cap = cap.as_dict() if cap else None
@@ -229,6 +179,8 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
               "rounding": rounding, "ties": args.ties, "scores": args.scores, "seeds": _seed_text(seeds),
               "runs": len(seeds), "runtime_cap": runtime_cap}
     print(report.protocol_b_text(results, header))
+    if host_ignored:
+        print(f"host CPU/RAM asked by {host_ignored} job(s) not tracked: protocol B places by GPU only unless --host")
     if args.compare_admission:
         print()
         print(report.admission_table_text(results, saturated, header))
@@ -244,11 +196,18 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         "rho_target": None if inputs.kind == "builtin" else args.rho,
         "arrivals": args.arrivals,
         "runtime_cap": runtime_cap or {"runtime_cap_s": args.runtime_cap},
+        "host_tracked": args.host,
         "runs": [{"policy": p, "admission": a, **r,
                   **({"saturation": saturated[(p, a)]} if (p, a) in saturated else {})}
                  for (p, a), r in results.items()],
         "skipped_rows": inputs.skipped(),
     }
+    if args.placements:
+        report.write_csv(args.placements, [
+            {"policy": key.partition("+")[0], "admission": key.partition("+")[2], "seed": seed, "job": job,
+             "node": node, "gpus": "|".join(gpus), "start_s": at}
+            for key, runs in sims.items() for seed, sim in zip(seeds, runs, strict=True)
+            for job, node, gpus, at in sim.placements])
     d = _write_results(args, data, lambda: report.protocol_b_rows(results))
     if d is not None:
         from simulations import plots
@@ -275,7 +234,8 @@ def _rho_text(args: argparse.Namespace, inputs: Inputs) -> str:
 
 def _saturation_runs(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
                      combos: list[tuple[str, AdmissionChoice]], rounding: str, seeds: Sequence[int],
-                     nodes: list[NodeSpec] | None, cards: int | None) -> dict[tuple[str, str], dict[str, float]]:
+                     nodes: list[NodeSpec] | None, cards: int | None,
+                     card: CardModel | None) -> dict[tuple[str, str], dict[str, float]]:
     """With ``--saturation RHO``: every combination again at that load; its utilisation is the usable capacity."""
     if args.saturation is None:
         return {}
@@ -290,8 +250,8 @@ def _saturation_runs(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
             if inputs.kind == "builtin":
                 config = protocol_b.ProtocolBConfig(engine=config.engine, rounding=rounding, rho=None,
                                                     arrivals=args.arrivals, jobs=args.jobs, sla_s=args.sla)
-            result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, track_host=args.host,
-                                    progress=_stepper(bar, k, len(combos)))
+            result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, card=card,
+                                    track_host=args.host, progress=_stepper(bar, k, len(combos)))
             util = protocol_b.SeedSpread(tuple(sim.mean_allocated_pct for sim in result.simulations))
             out[(policy, admission.label)] = {"rho": args.saturation, "utilisation_pct": util.mean,
                                               "utilisation_ci95_half_width": util.half_width}
@@ -299,6 +259,20 @@ def _saturation_runs(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
         return out
     finally:
         args.rho = saved
+
+
+def _cards_b(args: argparse.Namespace, source: protocol_b.PoolSource, catalog: Catalog, rounding: str,
+             nodes: Sequence[NodeSpec] | None, cards: int | None) -> tuple[CardModel | None, int]:
+    """The cards a fixed job pool needs (checked against the cluster's models), and how many of its jobs
+    ask for host CPU/RAM that goes untracked; (None, 0) for a pool generated per seed."""
+    if callable(source):
+        return None, 0
+    requests = [job_request(j, catalog, rounding) for j in source]
+    card = card_model(catalog, rounding, requests, args.card_model)
+    check_models(requests, nodes if nodes is not None else card_nodes(cards or protocol_b.DEFAULT_CARDS,
+                                                                        label=args.card_model), card)
+    ignored = 0 if args.host else sum(1 for r in requests if r.cpu_milli or r.host_memory_mib)
+    return card, ignored
 
 
 def _write_results(args: argparse.Namespace, data: dict[str, Any],
@@ -327,10 +301,7 @@ def _stepper(bar: Progress, k: int, parts: int) -> Callable[[int, int], None]:
 
 
 def _seed_text(seeds: Sequence[int]) -> str:
-    s = list(seeds)
-    if len(s) > 2 and s == list(range(s[0], s[-1] + 1)):
-        return f"{s[0]}-{s[-1]}"
-    return ",".join(map(str, s))
+    return report.seed_text(seeds)
 
 
 def _print_skipped(inputs: Inputs) -> None:

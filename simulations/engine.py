@@ -55,6 +55,8 @@ class EngineConfig:
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
     sample_points: int = 400  # buckets of the utilisation-over-time series
     use_index: bool = False
+    prior: tuple[Request, ...] = ()  # what the policy's mix estimator starts from (the extender's: the catalog)
+    record_placements: bool = False  # keep every admission's (job, node, GPUs, time) in Simulation.placements
 
     def __post_init__(self) -> None:
         if self.bind_delay_s < 0:
@@ -93,6 +95,7 @@ class Simulation:
     expired_reservations: int = 0
     backfilled: int = 0
     still_waiting: int = 0
+    placements: list[tuple[str, str, tuple[str, ...], float]] = field(default_factory=list)  # (job, node, GPUs, t)
 
 
 class _Clock:
@@ -161,7 +164,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     if any(jobs[i].arrival > jobs[i + 1].arrival for i in range(len(jobs) - 1)):
         raise EngineError("jobs must be sorted by arrival")
     started = time.perf_counter()
-    policy = run_policy(config.policy, requests, seed)
+    policy = run_policy(config.policy, requests, seed, config.prior)
     scheduler = Scheduler(ledger, policy, config.model, seed=seed, use_index=config.use_index)
     rng = random.Random(seed + 1)  # bind latencies; the scheduler's generator breaks ties
     queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
@@ -185,6 +188,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     stranded_samples = 0
     next_sample = clock.t0
     expired_total = backfilled = 0
+    placements: list[tuple[str, str, tuple[str, ...], float]] = []
     heap: list[tuple[float, int, int, int]] = []  # (time, kind, job, generation)
     events = 0
     next_report = 0
@@ -235,6 +239,8 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
             generation[j] += 1
             start[j] = now
             take(adm.allocation)
+            if config.record_placements:
+                placements.append((jobs[j].name, adm.allocation.node, adm.allocation.gpus, now))
             backfilled += adm.backfill
             if config.bind_delay_s > 0:
                 delay = rng.expovariate(1.0 / config.bind_delay_s)
@@ -282,4 +288,5 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
         expired_reservations=expired_total,
         backfilled=backfilled,
         still_waiting=still,
+        placements=placements,
     )

@@ -20,7 +20,7 @@ from simulations.traces import (
     read_openb_nodes,
     read_openb_pods,
 )
-from simulations.workload import RuntimeCap, openb_jobs
+from simulations.workload import RuntimeCap, borrow_runtimes, openb_jobs
 
 T = TypeVar("T")
 
@@ -31,9 +31,10 @@ class Inputs:
 
     description: str
     nodes: list[NodeSpec] | None = None
-    pods: list[OpenbPod] | None = None
+    pods: list[OpenbPod] | None = None  # the first pod list
     jobs: list[Job] | None = None
     reports: list[ReadReport] = field(default_factory=list)
+    workloads: list[tuple[str, list[OpenbPod]]] = field(default_factory=list)  # every pod list, by file name
 
     @property
     def kind(self) -> str:
@@ -56,12 +57,32 @@ def load_inputs(args: argparse.Namespace) -> Inputs:
     if args.nodes:
         inputs.nodes = _read(inputs, read_openb_nodes, args.nodes, strict, "nodes")
     if args.pods:
-        inputs.pods = _read(inputs, read_openb_pods, args.pods, strict, "pods")
-        inputs.description = Path(args.pods).name
+        for path in pod_files(args.pods):
+            inputs.workloads.append((Path(path).name, _read(inputs, read_openb_pods, path, strict, "pods")))
+        inputs.description, inputs.pods = inputs.workloads[0]
     elif args.trace:
         inputs.jobs = _read(inputs, read_jobs, args.trace, strict, "jobs")
         inputs.description = Path(args.trace).name
     return inputs
+
+
+def pod_files(spec: str) -> list[str]:
+    """``--pods``: one file, several comma-separated, or a folder (its ``openb_pod_list_*.csv``, sorted)."""
+    out: list[str] = []
+    for part in (p.strip() for p in spec.split(",")):
+        if not part:
+            continue
+        path = Path(part)
+        if path.is_dir():
+            found = sorted(str(f) for f in path.glob("openb_pod_list_*.csv"))
+            if not found:
+                raise UsageError(f"{part}: no openb_pod_list_*.csv in this folder")
+            out.extend(found)
+        else:
+            out.append(part)
+    if not out:
+        raise UsageError("--pods names no file")
+    return out
 
 
 def _read(inputs: Inputs, reader: Callable[[str, bool], tuple[list[T], ReadReport]], path: str, strict: bool,
@@ -94,7 +115,14 @@ def cap_jobs(jobs: Sequence[Job], cap_s: float | None) -> tuple[list[Job], Runti
 def job_pool(args: argparse.Namespace, inputs: Inputs) -> tuple[protocol_b.PoolSource, RuntimeCap | None, str]:
     """The job pool for protocol B / plan: openb pods with capped runtimes, our trace, or synthetic."""
     if inputs.pods is not None:
-        jobs, cap = openb_jobs(inputs.pods, args.runtime_cap, args.never_ran)
+        pods = inputs.pods
+        if getattr(args, "runtimes_from", None):
+            if args.arrivals != "poisson":
+                raise UsageError("borrowed runtimes carry no arrival times: use --arrivals poisson")
+            donors, rep = read_openb_pods(args.runtimes_from, args.bad_rows == "error")
+            inputs.reports.append(rep)
+            pods = borrow_runtimes(pods, donors)
+        jobs, cap = openb_jobs(pods, args.runtime_cap, args.never_ran)
     elif inputs.jobs is not None:
         jobs, cap = cap_jobs(inputs.jobs, args.runtime_cap)
     else:

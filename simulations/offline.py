@@ -21,6 +21,7 @@ by at most one pod). Deterministic for a seed.
 from __future__ import annotations
 
 import random
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,11 +69,11 @@ def prefix_to_capacity(workload: Sequence[Request], capacity_milli: int) -> list
 
 
 def _pass(nodes: Sequence[NodeSpec], card: CardModel, order: Sequence[int], requests: Sequence[Request],
-          policy_name: str, mix_requests: Sequence[Request], seed: int,
-          track_host: bool) -> tuple[TrackedLedger, dict[str, int], list[int]]:
+          policy_name: str, mix_requests: Sequence[Request], seed: int, track_host: bool,
+          prior: Sequence[Request]) -> tuple[TrackedLedger, dict[str, int], list[int]]:
     """One online pass of ``policy_name`` over ``requests`` in ``order``: the ledger, placed claims, failed indices."""
     ledger = build_ledger(nodes, card, seed=seed, track_host=track_host)
-    policy = run_policy(policy_name, mix_requests, seed)
+    policy = run_policy(policy_name, mix_requests, seed, prior)
     scheduler = Scheduler(ledger, policy, seed=seed)
     placed: dict[str, int] = {}
     failed: list[int] = []
@@ -194,7 +195,7 @@ def _repair(ledger: Ledger, requests: Sequence[Request], placed: dict[str, int],
 
 def reference(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: CardModel, seed: int,
               inflation: float = DEFAULT_INFLATION, policy: str = DEFAULT_POLICY,
-              track_host: bool = True) -> OfflineRun:
+              track_host: bool = True, prior: Sequence[Request] = ()) -> OfflineRun:
     """The offline reference of one seed (the same inflated, shuffled workload as protocol A's)."""
     started = time.perf_counter()
     rng = random.Random(seed)
@@ -206,7 +207,7 @@ def reference(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: Card
     decreasing = sorted(arrival, key=lambda i: (-prefix[i].total_milli, -prefix[i].cpu_milli, i))
     best: tuple[int, str, TrackedLedger, dict[str, int], list[int]] | None = None
     for label, order in (("arrival", arrival), ("decreasing", decreasing)):
-        ledger, placed, failed = _pass(nodes, card, order, prefix, policy, requests, seed, track_host)
+        ledger, placed, failed = _pass(nodes, card, order, prefix, policy, requests, seed, track_host, prior)
         allocated = sum(prefix[i].total_milli for i in placed.values())
         if best is None or allocated > best[0]:
             best = (allocated, label, ledger, placed, failed)
@@ -221,3 +222,18 @@ def reference(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: Card
         start_unallocated_gpu_pct=100.0 * (capacity - start_alloc) / capacity, start=label, moves=moves, swaps=swaps,
         seconds=time.perf_counter() - started,
     )
+
+
+def summarize(runs: Sequence[OfflineRun]) -> dict[str, object]:
+    """Mean and standard deviation over seeds of the reference's unallocated GPU %, and its steps."""
+    values = [r.unallocated_gpu_pct for r in runs]
+    return {
+        "policy": OFFLINE,
+        "seeds": [r.seed for r in runs],
+        "unallocated_gpu_pct": statistics.fmean(values) if values else float("nan"),
+        "unallocated_gpu_pct_sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+        "start_unallocated_gpu_pct": statistics.fmean(r.start_unallocated_gpu_pct for r in runs) if runs else 0.0,
+        "moves": sum(r.moves for r in runs),
+        "swaps": sum(r.swaps for r in runs),
+        "seconds_per_run": statistics.fmean(r.seconds for r in runs) if runs else 0.0,
+    }

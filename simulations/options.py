@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -70,6 +71,19 @@ def parse_rho(text: str) -> float | None:
     return value
 
 
+def processes(text: str) -> int:
+    """A worker-process count; 0 means one per core this process may use."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of processes, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number of processes >= 0, got {text!r}")
+    if value == 0:
+        return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return value
+
+
 def positive_int(text: str) -> int:
     """An integer of at least 1."""
     try:
@@ -85,7 +99,8 @@ def workload_options(ap: argparse.ArgumentParser) -> None:
     """Options choosing and shaping the workload."""
     g = ap.add_argument_group("workload (default: the built-in synthetic workload)")
     g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
-    g.add_argument("--pods", metavar="PODS.csv", help="openb pod list (openb_pod_list_*.csv)")
+    g.add_argument("--pods", metavar="PODS.csv", help="openb pod list (openb_pod_list_*.csv); protocol A also takes "
+                   "several, comma-separated, or a folder (every openb_pod_list_*.csv in it)")
     g.add_argument("--trace", metavar="JOBS", help="our own trace format, CSV or .jsonl (see simulations/README.md)")
     g.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="a bad row stops with file:line (error, default) or is skipped and counted (skip)")
@@ -99,6 +114,9 @@ def workload_options(ap: argparse.ArgumentParser) -> None:
                    help="cap runtimes (the openb tail is truncated at the trace's end); 'none' to keep (default 2d)")
     g.add_argument("--never-ran", choices=("drop", "sample"), default="drop",
                    help="openb pods never scheduled: drop them, or sample a runtime (default drop)")
+    g.add_argument("--runtimes-from", metavar="PODS.csv",
+                   help="protocol B: pods without times (openb multigpu*) borrow runtimes from this pod list's "
+                   "pods of the same card count (Poisson arrivals only)")
 
 
 def scheduler_options(ap: argparse.ArgumentParser) -> None:
@@ -107,11 +125,21 @@ def scheduler_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--policy", default=DEFAULT_POLICY,
                    help=f"placement policy, or several comma-separated (default {DEFAULT_POLICY}); "
                    "one of: " + ", ".join(policy_names()))
-    g.add_argument("--ties", choices=TIES, default="stable",
-                   help="node-score ties: per-seed fixed node order (stable, FGD's artifact) or random (upstream)")
+    g.add_argument("--ties", default="stable",
+                   help="node-score ties: per-seed fixed node order (stable, FGD's artifact) or random (upstream); "
+                   "protocol A also takes both, stable,random")
     g.add_argument("--scores", choices=SCORES, default="exact",
                    help="compare exact keys, or only the extender's 0..10 levels (extender)")
     g.add_argument("--seeds", type=parse_seeds, help="e.g. 42-51 (default: 42-51 for protocol A, 1-3 for B)")
+
+
+def protocol_a_options(ap: argparse.ArgumentParser) -> None:
+    """Protocol A options: the offline reference and worker processes."""
+    g = ap.add_argument_group("protocol A: reference and speed")
+    g.add_argument("--offline", action="store_true",
+                   help="add the offline reference (the pods arrived up to 100 %%, packed knowing all of them)")
+    g.add_argument("--processes", "-j", type=processes, default=1, metavar="N",
+                   help="run protocol A's runs in N worker processes (0: one per core; default 1)")
 
 
 def queue_options(ap: argparse.ArgumentParser) -> None:
@@ -153,6 +181,8 @@ def output_options(ap: argparse.ArgumentParser) -> None:
     g.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     g.add_argument("--out", metavar="DIR", help="write results.json, results.csv and the plots into DIR")
     g.add_argument("--progress", action="store_true", help="progress bar on stderr even when not a terminal")
+    g.add_argument("--placements", metavar="PATH",
+                   help="protocol B: write every admission (policy, admission, seed, job, node, GPUs, start) as CSV")
 
 
 
@@ -171,6 +201,11 @@ def chosen_policies(args: argparse.Namespace) -> list[str]:
     if getattr(args, "compare", False):
         return list(POLICIES)
     return _names(args.policy, list(POLICIES), "policy")
+
+
+def chosen_ties(args: argparse.Namespace) -> list[str]:
+    """The tie rules asked for (protocol A sweeps several; protocol B takes one)."""
+    return _names(args.ties, TIES, "tie rule")
 
 
 @dataclass(frozen=True)

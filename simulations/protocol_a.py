@@ -36,6 +36,7 @@ class ProtocolAConfig:
     inflation: float = DEFAULT_INFLATION
     track_host: bool = True
     use_index: bool = False  # best fit through the ledger's sorted index instead of the key cache
+    prior: tuple[Request, ...] = ()  # what the policy's mix estimator starts from (catalog slices: the catalog)
 
 
 @dataclass
@@ -120,7 +121,7 @@ def run_seed(nodes: Sequence[NodeSpec], requests: Sequence[Request], card: CardM
     if capacity == 0:
         raise ValueError("protocol A needs GPUs: the node list has none")
     workload = inflate(requests, capacity, config.inflation, rng)
-    policy = run_policy(config.policy, requests, seed)
+    policy = run_policy(config.policy, requests, seed, config.prior)
     scheduler = Scheduler(ledger, policy, config.model, seed=seed, use_index=config.use_index)
     arrived_milli = allocated_milli = 0
     arrived: list[float] = []

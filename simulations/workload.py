@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packing.products import Catalog, Request, RequestError
 from simulations.traces import Job, OpenbPod
@@ -98,6 +98,30 @@ class RuntimeCap:
             "gpu_seconds_capped": self.gpu_seconds_capped,
             "gpu_time_removed_pct": self.gpu_time_removed_pct,
         }
+
+
+def borrow_runtimes(pods: Sequence[OpenbPod], donors: Sequence[OpenbPod], seed: int = 0) -> list[OpenbPod]:
+    """``pods`` without times (the ``multigpu*`` lists) given runtimes drawn from ``donors`` of the same
+    kind: the same card count and sharing or not, else (no such donor) any whole-card donor.
+
+    Borrowed pods arrive at 0: only resampled (Poisson) arrivals make sense for them.
+    """
+    rng = random.Random(seed)
+    by_kind: dict[tuple[int, bool], list[float]] = {}
+    for d in donors:
+        if d.runtime is not None and d.num_gpu > 0:
+            by_kind.setdefault((d.num_gpu, d.gpu_milli < 1000), []).append(d.runtime)
+    whole = [r for (count, share), rs in by_kind.items() if not share for r in rs]
+    out: list[OpenbPod] = []
+    for p in pods:
+        if p.creation_time is not None or p.num_gpu == 0:
+            out.append(p)
+            continue
+        pool = by_kind.get((p.num_gpu, p.gpu_milli < 1000)) or (whole if p.gpu_milli == 1000 else [])
+        if not pool:
+            raise WorkloadError(f"no donor pod with a runtime for {p.name} ({p.num_gpu} x {p.gpu_milli} milli)")
+        out.append(replace(p, creation_time=0.0, scheduled_time=0.0, deletion_time=rng.choice(pool)))
+    return out
 
 
 def openb_jobs(pods: Sequence[OpenbPod], cap_s: float | None = DEFAULT_RUNTIME_CAP_S, never_ran: str = "drop",

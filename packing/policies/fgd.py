@@ -27,7 +27,11 @@ Placement = tuple[float, tuple[str, ...], int]  # (gain, GPUs, milli left on the
 
 
 def sigmoid(x: float) -> float:
-    return 1.0 / (1.0 + math.exp(-x))
+    """1 / (1 + e^−x), without overflow for large |x|."""
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
 
 
 def fgd_score(gain: float) -> int:

@@ -1,9 +1,15 @@
-"""Simulator speed: protocol A seconds per run by policy and lookup path, protocol B events/s and memory.
+"""Simulator speed: every policy's 10-seed protocol A run against a plain numpy FGD, sweeps over processes,
+protocol B events/s and memory.
 
-Everything is measured side by side in one run and printed; nothing is asserted. Protocol A uses
-the ``openb`` ``default`` trace when it is next to the repository (``../shared/traces``) or in
-``$GPUSLICE_OPENB_DIR``, else a synthetic cluster of the same shape. ``GPUSLICE_BENCH_EVENTS``
-sets protocol B's event count (default 1,000,000).
+Everything is measured side by side in one run and printed; nothing is asserted. Times are CPU
+seconds of this process (``time.process_time``: less disturbed by other load on a shared
+machine than wall time), except the process sweep, which is wall time by nature. Protocol A
+uses the ``openb`` ``default`` trace found through ``$GPUSLICE_TRACES`` (``tests/traces.py``),
+else a synthetic cluster of the same shape. ``GPUSLICE_BENCH_SEEDS`` sets the seeds per policy
+(default 10), ``GPUSLICE_BENCH_EVENTS`` protocol B's event count (default 1,000,000).
+
+The target: each policy's 10-seed run within 1× the time of ``tests.bench.numpy_fgd`` (FGD as
+arrays, every fitting node and card evaluated at once per pod) on the same workload.
 """
 
 from __future__ import annotations
@@ -11,35 +17,37 @@ from __future__ import annotations
 import os
 import random
 import resource
+import statistics
 import time
-from pathlib import Path
 
+from packing.policies import POLICIES
 from packing.products import Request, load_catalog
-from simulations import registry  # noqa: F401  (registers the simulator policies)
 from simulations.cluster import CardModel, build_ledger, card_model_for, card_nodes
+from simulations.command_a import Workload, execute
 from simulations.engine import EngineConfig, simulate
 from simulations.protocol_a import ProtocolAConfig, pod_requests, run_seed
 from simulations.synthetic import SyntheticSpec, generate
 from simulations.traces import NodeSpec, read_openb_nodes, read_openb_pods
 from simulations.workload import job_request
+from tests.bench import numpy_fgd
+from tests.traces import openb_dir
 
-OPENB = Path(os.environ.get("GPUSLICE_OPENB_DIR") or Path(__file__).resolve().parents[3] / "shared" / "traces"
-             / "alibaba-openb")
+SEEDS = tuple(range(42, 42 + int(os.environ.get("GPUSLICE_BENCH_SEEDS", "10"))))
 
 
 def _protocol_a_inputs() -> tuple[str, list[NodeSpec], list[Request], CardModel]:
     catalog = load_catalog()
-    nodes_csv, pods_csv = OPENB / "openb_node_list_gpu_node.csv", OPENB / "openb_pod_list_default.csv"
-    if nodes_csv.is_file() and pods_csv.is_file():
-        nodes, _ = read_openb_nodes(nodes_csv)
-        pods, _ = read_openb_pods(pods_csv)
+    folder = openb_dir()
+    if folder is not None:
+        nodes, _ = read_openb_nodes(folder / "openb_node_list_gpu_node.csv")
+        pods, _ = read_openb_pods(folder / "openb_pod_list_default.csv")
         return "openb default", nodes, pod_requests(pods, catalog, "none"), card_model_for(catalog, "none")
     rng = random.Random(0)  # same shape: 1213 nodes, about 6200 GPUs, 8152 pods
     nodes = [NodeSpec(f"n{i}", rng.choice([96000, 104000, 64000]), 393216, rng.choice([8, 8, 2, 4]), "G")
              for i in range(1213)]
     requests = [Request(milli=rng.choice([230, 470, 810, 1000, 1000]), cpu_milli=rng.choice([3152, 8000, 11300]),
                         host_memory_mib=8192) for _ in range(8152)]
-    return "synthetic openb-like", nodes, requests, CardModel(None, 0)
+    return "synthetic openb-like (set $GPUSLICE_TRACES for openb)", nodes, requests, CardModel(None, 0)
 
 
 def _rss_mib() -> float:
@@ -49,22 +57,38 @@ def _rss_mib() -> float:
 def bench_protocol_a() -> None:
     label, nodes, requests, card = _protocol_a_inputs()
     print(f"protocol A on {label}: {len(nodes)} nodes, {sum(n.gpus for n in nodes)} GPUs, {len(requests)} pods "
-          "inflated to 130 %, seed 42")
-    timings: dict[str, float] = {}
-    cases = [("best-fit (key cache)", ProtocolAConfig(policy="best-fit")),
-             ("best-fit (ledger index)", ProtocolAConfig(policy="best-fit", use_index=True)),
-             ("go-best-fit", ProtocolAConfig(policy="go-best-fit")),
-             ("random", ProtocolAConfig(policy="random")),
-             ("fgd", ProtocolAConfig(policy="fgd")),
-             ("frag-gradient", ProtocolAConfig(policy="frag-gradient"))]
+          f"inflated to 130 %, seeds {SEEDS[0]}-{SEEDS[-1]}, CPU seconds for all seeds")
+    started = time.process_time()
+    numpy_results = [numpy_fgd.run(nodes, requests, s) for s in SEEDS]
+    yardstick = time.process_time() - started
+    print(f"  {'numpy FGD (yardstick)':<28} {yardstick:7.1f} s  "
+          f"unallocated@100 {statistics.fmean(numpy_results):5.2f} %")
+    cases = [(name, ProtocolAConfig(policy=name)) for name in POLICIES]
+    cases.insert(2, ("best-fit (ledger index)", ProtocolAConfig(policy="best-fit", use_index=True)))
     for name, config in cases:
-        run = run_seed(nodes, requests, card, config, seed=42)
-        timings[name] = run.seconds
-        print(f"  {name:<26} {run.seconds:6.2f} s/run  {run.pods / run.seconds:8.0f} pods/s  "
-              f"unallocated@100 {run.unallocated_gpu_pct_at_100:5.2f} %")
-    base = timings["best-fit (key cache)"]
-    for name, seconds in timings.items():
-        print(f"  ratio {name} / best-fit (key cache): {seconds / base:5.2f}")
+        started = time.process_time()
+        runs = [run_seed(nodes, requests, card, config, seed=s) for s in SEEDS]
+        seconds = time.process_time() - started
+        print(f"  {name:<28} {seconds:7.1f} s  unallocated@100 "
+              f"{statistics.fmean(r.unallocated_gpu_pct_at_100 for r in runs):5.2f} %  "
+              f"ratio to numpy FGD {seconds / yardstick:5.2f}")
+
+
+def bench_processes() -> None:
+    """The same sweep (3 policies x 4 seeds) in 1 and in 2 worker processes: wall seconds and speed-up."""
+    _, nodes, requests, card = _protocol_a_inputs()
+    import simulations.command_a as command
+
+    command._WORK[:] = [Workload("bench", nodes, requests, card)]
+    command._CONFIG.update(rounding="none", scores="exact", inflation=1.3)
+    tasks = [("run", 0, p, "stable", s) for p in ("gradient-fit", "best-fit", "fgd") for s in SEEDS[:4]]
+    walls = {}
+    for n in (1, 2):
+        started = time.perf_counter()
+        execute(tasks, n, lambda _d, _t: None)
+        walls[n] = time.perf_counter() - started
+    print(f"protocol A sweep of {len(tasks)} runs: {walls[1]:.1f} s in 1 process, {walls[2]:.1f} s in 2 "
+          f"(speed-up {walls[1] / walls[2]:.2f}; {os.cpu_count()} cores, shared)")
 
 
 def bench_protocol_b() -> None:
@@ -87,6 +111,7 @@ def bench_protocol_b() -> None:
 
 def main() -> None:
     bench_protocol_a()
+    bench_processes()
     bench_protocol_b()
 
 

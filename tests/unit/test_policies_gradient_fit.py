@@ -1,0 +1,36 @@
+"""``gradient-fit`` (the default)'s table: (−level, all cards empty, order); no GPU: (idle GPU, −level, order)."""
+
+from __future__ import annotations
+
+import pytest
+
+from packing.fragment import TypicalPod
+from packing.products import Request, load_catalog
+
+from .policy_table import Case, Node, check
+
+C = load_catalog()
+H = C.request("v100-50")
+MIX = (TypicalPod(0, 1000, 1, 0.5), TypicalPod(0, 500, 1, 0.5))
+# a CPU-hungry typical pod: a node left with less than 8 cores strands its idle cards for it
+CPU_MIX = (TypicalPod(8000, 1000, 1, 1.0),)
+
+TABLE = [
+    Case("FGD's level first", {"a": Node((0, 500)), "b": Node((0,))}, H,
+         {"a": (-56, False, 0), "b": (-43, True, 1)}, ("a", (1,)), MIX),
+    Case("equal levels: a used node before an untouched one", {"a": Node((0,)), "b": Node((0, 0, 1000))}, H,
+         {"a": (-43, True, 0), "b": (-43, False, 1)}, ("b", (0,)), MIX),
+    Case("the key is unique: equal nodes differ by order", {"a": Node((0,)), "b": Node((0,))}, H,
+         {"a": (-43, True, 0), "b": (-43, True, 1)}, ("a", (0,)), MIX),
+    # 4 cores asked: on a (10 cores, an idle card) the card is then stranded for the 8-core pod, gain
+    # −1000, level 26; b has no idle card, its CPU strands nothing: the least idle GPU comes first anyway
+    Case("no GPU: the node with the least idle GPU, before the level",
+         {"a": Node((1000, 0), cpu=10000), "b": Node((1000,), cpu=6000), "c": Node((0, 0), cpu=96000)},
+         Request(0, count=0, cpu_milli=4000),
+         {"a": (1000, -26, 0), "b": (0, -50, 1), "c": (2000, -50, 2)}, ("b", ()), CPU_MIX),
+]
+
+
+@pytest.mark.parametrize("case", TABLE, ids=lambda c: c.name)
+def test_gradient_fit_table(case: Case) -> None:
+    check("gradient-fit", case)
