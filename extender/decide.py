@@ -111,7 +111,7 @@ class PolicyUse:
         the policy's declared capabilities."""
         policy = policy_for(name, prior=catalog_prior(catalog) if catalog is not None else ())
         caps = policy.capabilities
-        node_local = caps.node_local and not caps.needs_mix and not caps.sampled  # a mix reader's keys move
+        node_local = caps.node_local and not caps.sampled
         return cls(policy, node_local, node_local and caps.indexed)
 
 

@@ -5,8 +5,9 @@ node's ``FitNote`` and the set of nodes where the shape fits. A ledger change on
 touched node dirty in every view (O(views)); a view refreshes its dirty nodes when it is next
 used. Then a filter is set algebra (candidates ∩ fits) plus a look-up per node that does not fit.
 
-Only node-local policies (a node's key reads that node alone: the built-in ones) may cache keys;
-for any other policy the view caches fit and reasons, and keys are computed on demand.
+Only node-local policies (a node's key reads that node alone) may cache keys; for any other policy
+the view caches fit and reasons, and keys are computed on demand. The keys of a policy that reads
+the workload mix are re-checked on every node when the mix moves (``Policy.mix_version``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class FitCache:
         self.ledger = ledger
         self.use = use
         self._views: dict[Request, ShapeView] = {}
+        self._mix_version = use.policy.mix_version
 
     def touch(self, node: str) -> None:
         """``node`` changed (capacity, added, removed): every view re-checks it on next use."""
@@ -45,6 +47,10 @@ class FitCache:
 
     def view(self, request: Request) -> ShapeView:
         """The current view of ``request``: built on first use, refreshed where dirty."""
+        if self.use.node_local and self.use.policy.mix_version != self._mix_version:
+            self._mix_version = self.use.policy.mix_version
+            for name in self.ledger.nodes:
+                self.touch(name)
         view = self._views.get(request)
         if view is None:
             if len(self._views) >= MAX_VIEWS:

@@ -6,7 +6,8 @@ import argparse
 from collections.abc import Sequence
 
 from packing.ledger import Ledger, NoFit
-from packing.policies import POLICIES, place
+from packing.mix_estimator import catalog_prior
+from packing.policies import POLICIES, place, policy_for
 from packing.products import load_catalog
 
 SAMPLE = ["v100-25", "v100-50", "v100-25", "v100-100", "v100-25", "v100-50", "v100-25", "v100-100",
@@ -18,10 +19,13 @@ def run(policy: str, nodes: int, gpus: int, catalog_path: str | None) -> str:
     ledger = Ledger()
     for n in range(nodes):
         ledger.add_node(f"node-{n}", [(f"GPU-{n}-{i}", "Tesla-V100-SXM2-32GB", 32768) for i in range(gpus)])
+    placer = policy_for(policy, prior=catalog_prior(catalog))  # as the extender makes it
     lines = [f"policy {policy}:"]
     for i, name in enumerate(SAMPLE):
         try:
-            a = place(ledger, f"pod-{i}", catalog.request(name), POLICIES[policy])
+            request = catalog.request(name)
+            placer.observe(request)
+            a = place(ledger, f"pod-{i}", request, placer)
             lines.append(f"  pod-{i:<3} {name:<9} -> {a.node} {','.join(a.gpus)}")
         except NoFit as e:
             lines.append(f"  pod-{i:<3} {name:<9} waits: {e}")

@@ -305,9 +305,7 @@ def _seed_text(seeds: Sequence[int]) -> str:
 
 
 def _print_skipped(inputs: Inputs) -> None:
-    for r in inputs.reports:
-        if r.skipped:
-            print(f"skipped {r.skipped} bad row(s) of {r.path}; first: {r.reasons[0]}", file=sys.stderr)
+    inputs.print_skipped()
 
 
 # ---- plan ------------------------------------------------------------------------------------------

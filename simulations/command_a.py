@@ -148,6 +148,7 @@ def simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
             "published": published[name] if ties_rules[0] == "stable" else {}}, references.get(name)))
     else:
         print(report.protocol_a_sweep_text(summary, references, published, header, policies))
+    inputs.print_skipped()
     first, ties0 = work[0].name, ties_rules[0]
     main = summary[first][ties0][policies[0]]
     data = {

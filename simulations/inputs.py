@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -46,6 +47,12 @@ class Inputs:
     def skipped(self) -> dict[str, int]:
         """Bad rows skipped, per file that had any."""
         return {r.path: r.skipped for r in self.reports if r.skipped}
+
+    def print_skipped(self) -> None:
+        """One line on stderr per file that had bad rows skipped, with the first reason."""
+        for r in self.reports:
+            if r.skipped:
+                print(f"skipped {r.skipped} bad row(s) of {r.path}; first: {r.reasons[0]}", file=sys.stderr)
 
 
 def load_inputs(args: argparse.Namespace) -> Inputs:

@@ -5,6 +5,10 @@ Both run in the same process on the same partly filled clusters (100, 1 000 and 
 side. The goal for the indexed path is a per-decision time at 10 000 nodes within 2x of the time
 at 100 nodes (logarithmic); the naive scan grows linearly.
 
+Then every registered policy on the same 1 000-node cluster: one node key (what the extender's
+fit cache pays per changed node and per snapshot of the mix) and one full decision by scanning
+every node's key (``Policy.choose``; best fit takes its index).
+
 Run: ``python -m tests.bench.bench_packing`` (or ``make bench``).
 """
 
@@ -15,8 +19,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from packing.fragment import TypicalMix
 from packing.ledger import Ledger, Node
-from packing.policies import BEST_FIT, place
+from packing.mix_estimator import FixedMix
+from packing.policies import BEST_FIT, POLICIES, Policy, place, policy_for
 from packing.products import Request, load_catalog
 
 SIZES = (100, 1_000, 10_000)
@@ -174,6 +180,31 @@ def main() -> None:
           f"naive {large.fresh_naive_us / small.fresh_naive_us:.1f}x")
     print(f"place+release time {large.nodes} / {small.nodes} nodes: "
           f"indexed {large.indexed_us / small.indexed_us:.2f}x, naive {large.naive_us / small.naive_us:.1f}x")
+
+    bench_policies()
+
+
+def bench_policies(nodes: int = 1_000) -> None:
+    """Per policy: microseconds per node key and per full decision, on one partly filled cluster."""
+    ledger = build(nodes)
+    catalog = load_catalog()
+    mix: Sequence[Request] = [catalog.request(name) for name in MIX]
+    typical = FixedMix(TypicalMix.from_requests(mix))
+    full = 1 - ledger.free_milli() / ledger.capacity_milli()
+    print(f"\nevery policy on {nodes} nodes x {GPUS_PER_NODE} GPUs ({full:.0%} full), catalog mix; best of 3")
+    print(f"{'policy':<15} {'key us':>8} {'decide ms':>10}")
+    all_nodes = list(ledger.nodes.values())
+    for name in POLICIES:
+        policy = policy_for(name, typical)
+
+        def key(i: int, policy: Policy = policy) -> None:
+            policy.node_key(ledger, mix[i % len(mix)], all_nodes[i % len(all_nodes)])
+
+        def decide(i: int, policy: Policy = policy) -> None:
+            policy.choose(ledger, mix[i % len(mix)])
+
+        print(f"{name:<15} {timed(3000, key):>8.1f} {timed(12, decide) / 1000:>10.2f}", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -51,14 +51,15 @@ def test_a_claims_weight_halves_every_half_life() -> None:
         1 / sum(2 ** (k / 10) for k in range(1, 11)))
 
 
-def test_snapshots_after_1_2_4_claims_then_every_refresh() -> None:
-    est = MixEstimator(half_life=100, refresh=8)
+def test_snapshots_follow_every_claim_then_an_eighth_of_them_then_every_refresh() -> None:
+    est = MixEstimator(half_life=100, refresh=4)
     versions = []
-    for _ in range(40):
+    for _ in range(60):
         est.observe(Request(250))
         versions.append(est.version)
-    changed = [i + 1 for i in range(40) if i == 0 or versions[i] != versions[i - 1]]
-    assert changed == [1, 2, 4, 8, 16, 24, 32, 40]
+    changed = [i + 1 for i in range(60) if i == 0 or versions[i] != versions[i - 1]]
+    # every claim to 16 (a step of max(1, seen // 8)), steps of 2 and 3 to 33, then every 4
+    assert changed == [*range(1, 17), 18, 20, 22, 24, 27, 30, 33, 37, 41, 45, 49, 53, 57]
 
 
 def test_long_streams_do_not_overflow() -> None:

@@ -159,3 +159,104 @@ def test_progress_bar_draws_only_when_enabled() -> None:
     bar.update(10, 10)
     bar.close()
     assert "run [" in loud.getvalue() and "100.0%" in loud.getvalue() and loud.getvalue().endswith("\n")
+
+
+# ---- protocol A sweeps, the offline reference, processes; nothing dropped silently -----------------
+
+
+def test_a_sweep_over_workloads_and_tie_rules_in_two_processes(openb: tuple[Path, Path], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    other = tmp_path / "openb_pod_list_other.csv"
+    other.write_text(pods_csv(40))
+    argv = ["--nodes", str(nodes), "--pods", f"{pods},{other}", "--seeds", "1-2", "--policy", "gradient-fit,fgd",
+            "--ties", "stable,random", "--offline"]
+    assert simulate_main([*argv, "-j", "2", "--json", str(tmp_path / "two.json")]) == 0
+    text = capsys.readouterr().out
+    assert "\npods " in text and "\nother " in text and " random " in text and "gradient-fit/fgd" in text
+    assert simulate_main([*argv, "--json", str(tmp_path / "one.json")]) == 0
+    two, one = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("two", "one"))
+
+    def figures(d: dict) -> dict:  # type: ignore[type-arg]
+        return {w: {t: {p: {k: v for k, v in s.items() if k != "seconds_per_run"} for p, s in by_p.items()}
+                    for t, by_p in by_t.items()} for w, by_t in d["workloads"].items()}
+
+    assert figures(two) == figures(one)  # results do not depend on the number of processes
+    assert set(two["workloads"]) == {"pods.csv", "openb_pod_list_other.csv"}
+    assert set(two["workloads"]["pods.csv"]) == {"stable", "random"}
+    ref = two["offline_by_workload"]["pods.csv"]
+    assert ref["seeds"] == [1, 2] and 0 <= ref["unallocated_gpu_pct"] <= 100
+
+
+def test_a_folder_of_pod_lists(openb: tuple[Path, Path], tmp_path: Path) -> None:
+    nodes, _ = openb
+    folder = tmp_path / "lists"
+    folder.mkdir()
+    for name in ("a", "b"):
+        (folder / f"openb_pod_list_{name}.csv").write_text(pods_csv(30))
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(folder), "--seeds", "1", "--policy", "best-fit",
+                          "--json", str(tmp_path / "f.json")]) == 0
+    assert list(json.loads((tmp_path / "f.json").read_text())["workloads"]) == [
+        "openb_pod_list_a.csv", "openb_pod_list_b.csv"]
+
+
+def test_gpu_spec_is_honoured_and_models_no_card_has_are_refused(openb: tuple[Path, Path], tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    pinned = pods.read_text().replace(",,LS,", ",T4,LS,")  # every GPU pod may use T4 cards only
+    pods.write_text(pinned)
+    out = tmp_path / "t4.json"
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--policy", "best-fit",
+                          "--json", str(out)]) == 0
+    # half the cards are G2: pinned pods leave them idle, so at least a third of the GPU stays unallocated
+    assert json.loads(out.read_text())["policies"]["best-fit"]["allocated_pct_final"] < 67
+    pods.write_text(pinned.replace(",T4,LS,", ",A100,LS,"))
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1"]) == 2
+    assert "pin GPU model(s) no card of the cluster is: A100" in capsys.readouterr().err
+    pods.write_text(pinned)
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1", "--rounding", "slices"]) == 2
+    assert "slices cannot honour that pin" in capsys.readouterr().err
+
+
+def test_our_format_keeps_models_and_refuses_memory_no_card_gives(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\na,32000,65536,2,T4\nb,32000,65536,2,G2\n")
+    trace = tmp_path / "jobs.csv"
+    trace.write_text("arrival,milli,count,model,cpu_milli\n" + "".join(f"{i},500,1,T4,1000\n" for i in range(6)))
+    out = tmp_path / "a.json"
+    assert simulate_main(["--trace", str(trace), "--nodes", str(nodes), "--protocol", "a", "--seeds", "1",
+                          "--policy", "best-fit", "--inflation", "1.5", "--json", str(out)]) == 0
+    # only the two T4 cards take them: at most half the GPU is ever allocated, nothing is relabelled
+    assert json.loads(out.read_text())["policies"]["best-fit"]["allocated_pct_final"] <= 50
+    trace.write_text("arrival,milli,gpu_memory_mib\n0,500,4096\n")
+    assert simulate_main(["--trace", str(trace), "--nodes", str(nodes), "--protocol", "a", "--seeds", "1"]) == 2
+    assert "ask for GPU memory" in capsys.readouterr().err
+
+
+def test_protocol_b_placements_host_note_and_one_tie_rule(openb: tuple[Path, Path], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    placements = tmp_path / "p.csv"
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--protocol", "b", "--jobs", "200",
+                          "--seeds", "1", "--placements", str(placements)]) == 0
+    assert "host CPU/RAM asked by" in capsys.readouterr().out  # B tracks GPUs only: it says so
+    rows = placements.read_text().splitlines()
+    assert rows[0] == "policy,admission,seed,job,node,gpus,start_s" and len(rows) > 100
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--protocol", "b", "--jobs", "50",
+                          "--seeds", "1", "--ties", "stable,random"]) == 2
+    assert "take one tie rule" in capsys.readouterr().err
+
+
+def test_protocol_b_borrows_runtimes_for_pod_lists_without_times(openb: tuple[Path, Path], tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    nodes, pods = openb
+    untimed = tmp_path / "multi.csv"
+    untimed.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" +
+                       "".join(f"m{i},1000,1024,{(1, 2)[i % 2]},1000\n" for i in range(20)))
+    base = ["--pods", str(untimed), "--protocol", "b", "--cards", "8", "--jobs", "100", "--seeds", "1"]
+    assert simulate_main(base) == 2
+    assert "no creation_time" in capsys.readouterr().err
+    assert simulate_main([*base, "--runtimes-from", str(pods), "--json", str(tmp_path / "m.json")]) == 0
+    assert json.loads((tmp_path / "m.json").read_text())["runs"][0]["waits"]["all"]["jobs"] == 100
+    assert simulate_main([*base, "--runtimes-from", str(pods), "--arrivals", "trace"]) == 2
