@@ -250,7 +250,7 @@ def test_protocol_b_placements_host_note_and_one_tie_rule(openb: tuple[Path, Pat
 
 def test_protocol_b_borrows_runtimes_for_pod_lists_without_times(openb: tuple[Path, Path], tmp_path: Path,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    nodes, pods = openb
+    _, pods = openb
     untimed = tmp_path / "multi.csv"
     untimed.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" +
                        "".join(f"m{i},1000,1024,{(1, 2)[i % 2]},1000\n" for i in range(20)))
