@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from extender.inventory import PRODUCT_LABEL
 from packing.products import Catalog, Request, RequestError
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
@@ -190,6 +191,7 @@ def direct_request(pod: Mapping[str, Any], catalog: Catalog, *, refused: Collect
         raise MalformedPod(f"annotation {product_annotation(catalog)} must be a string")
     if len(products) > 1:
         raise PodSpecError(f"a pod asks for one product, this one for {', '.join(sorted(products))}")
+    pin = model_pin(pod)
     try:
         if products:
             (product, count), = products.items()
@@ -197,9 +199,9 @@ def direct_request(pod: Mapping[str, Any], catalog: Catalog, *, refused: Collect
                 raise PodSpecError(
                     f"annotation {product_annotation(catalog)}={named!r} disagrees with resource {product}"
                 )
-            return catalog.request(product, count)
+            return catalog.request(product, count, model=pin)
         if named is not None:
-            return catalog.request(named.strip())
+            return catalog.request(named.strip(), model=pin)
     except RequestError as e:
         raise PodSpecError(str(e)) from None
     return None
@@ -230,9 +232,19 @@ def claim_request(pod: Mapping[str, Any], catalog: Catalog, claims: ClaimLookup 
         raise PodSpecError(f"a pod asks for one product, its claims for {', '.join(sorted(products))}")
     (product,) = products
     try:
-        return catalog.request(product, sum(n for _, n in asks))
+        return catalog.request(product, sum(n for _, n in asks), model=model_pin(pod))
     except RequestError as e:
         raise PodSpecError(str(e)) from None
+
+
+def model_pin(pod: Mapping[str, Any]) -> str | None:
+    """The GPU model a pod pins by node selector on the GPU product label, or None."""
+    spec = _mapping(pod.get("spec"), "Pod.spec")
+    selector = _mapping(spec.get("nodeSelector"), "Pod.spec.nodeSelector")
+    pin = selector.get(PRODUCT_LABEL)
+    if pin is not None and not isinstance(pin, str):
+        raise MalformedPod(f"Pod.spec.nodeSelector.{PRODUCT_LABEL} must be a string")
+    return pin or None
 
 
 def time_limit_of(pod: Mapping[str, Any], catalog: Catalog) -> float | None:

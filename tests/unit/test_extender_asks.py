@@ -167,3 +167,18 @@ def test_any_json_gives_a_request_none_or_a_pod_spec_error(doc: Any) -> None:
     except PodSpecError:
         return
     assert result is None or result.product in {"v100-25", "v100-50", "v100-100"}
+
+
+def test_a_node_selector_on_the_gpu_product_label_pins_the_model() -> None:
+    catalog = load_catalog()
+    p = pod("pinned", "v100-50")
+    p["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-V100-PCIE-32GB"}
+    request = direct_request(p, catalog)
+    assert request is not None and request.model == "Tesla-V100-PCIE-32GB" and request.product == "v100-50"
+    assert request.accepts_model("Tesla-V100-PCIE-32GB") and not request.accepts_model("Tesla-V100-SXM2-32GB")
+    p["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": "Tesla-T4"}
+    with pytest.raises(PodSpecError, match="product v100-50 is for Tesla-V100-\\*-32GB GPUs; the claim pins Tesla-T4"):
+        direct_request(p, catalog)
+    p["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": 7}
+    with pytest.raises(MalformedPod, match="nodeSelector"):
+        direct_request(p, catalog)

@@ -266,3 +266,13 @@ def test_gpu_less_and_free_form_requests() -> None:
     free = Request(milli=300, memory_mib=100)
     assert free.describe() == "300-milli" and free.accepts_model("anything")
     assert not Request(milli=300, model="Tesla-T4").accepts_model(SXM2)
+
+
+def test_a_claim_may_pin_gpu_models_its_product_is_for() -> None:
+    catalog = load_catalog()
+    pinned = catalog.request("v100-25", model="Tesla-V100-SXM2-32GB|Tesla-V100-PCIE-32GB")
+    assert pinned.accepts_model("Tesla-V100-PCIE-32GB") and not pinned.accepts_model("Tesla-V100-FHHL-32GB")
+    with pytest.raises(RequestError, match="product v100-25 is for Tesla-V100-\\*-32GB GPUs; the claim pins Tesla-T4"):
+        catalog.request("v100-25", model="Tesla-T4")
+    assert catalog.round_up(300, "Tesla-V100-SXM2-32GB") == catalog.product("v100-50")
+    assert catalog.round_up(300, "Tesla-T4") is None
