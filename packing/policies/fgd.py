@@ -92,10 +92,11 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
     return (-fgd_score(best_placement(options)[0]),) if options else None
 
 
-def _pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> tuple[str, ...] | None:
+def fgd_pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> tuple[str, ...] | None:
+    """FGD's GPU pick inside ``node`` (shared by the fragment-gradient policies)."""
     options = placements(ctx.mix(), ledger, request, node)
     return best_placement(options)[1] if options else None
 
 
 FGD = Policy("fgd", "FGD baseline (ATC'23): integer sigmoid of the drop in expected fragment",
-             _key, _pick, Capabilities(needs_mix=True, workload_mix=True, baseline=True))
+             _key, fgd_pick, Capabilities(needs_mix=True, workload_mix=True, baseline=True))

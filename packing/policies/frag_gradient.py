@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from packing.ledger import Ledger, Node
 from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
-from packing.policies.fgd import best_placement, fgd_score, placements
+from packing.policies.fgd import best_placement, fgd_pick, fgd_score, placements
 from packing.products import Request
 
 
@@ -31,15 +31,10 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
     return (-level, idle, untouched, node.order)
 
 
-def _pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> tuple[str, ...] | None:
-    options = placements(ctx.mix(), ledger, request, node)
-    return best_placement(options)[1] if options else None
-
-
 FRAG_GRADIENT = Policy(
     "frag-gradient",
     "FGD's fragment-gradient levels, ties broken by the policy itself (immune to random ties)",
     _key,
-    _pick,
+    fgd_pick,
     Capabilities(needs_mix=True, unique_keys=True),
 )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from packing.ledger import Ledger, Node
 from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
-from packing.policies.fgd import best_placement, fgd_score, placements
+from packing.policies.fgd import best_placement, fgd_pick, fgd_score, placements
 from packing.products import Request
 
 
@@ -41,15 +41,10 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
     return (-level, all(g.empty for g in node.gpus), node.order)
 
 
-def _pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> tuple[str, ...] | None:
-    options = placements(ctx.mix(), ledger, request, node)
-    return best_placement(options)[1] if options else None
-
-
 GRADIENT_FIT = Policy(
     "gradient-fit",
     "FGD's fragment-gradient levels learnt online, consolidation, best fit for GPU-less pods (default)",
     _key,
-    _pick,
+    fgd_pick,
     Capabilities(needs_mix=True, unique_keys=True),
 )
