@@ -97,7 +97,7 @@ def _fits_after_leaving(node: Node, q: Request, q_gpus: tuple[str, ...], p: Requ
     freed = set(q_gpus)
     able = 0
     for g in node.gpus:
-        if not p.accepts_model(g.model):
+        if g.withdrawn or not p.accepts_model(g.model):
             continue
         free = g.free_milli + (q.milli if g.uuid in freed else 0)
         mib = g.free_mib + (q.memory_mib if g.uuid in freed else 0)

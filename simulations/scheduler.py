@@ -78,7 +78,7 @@ def node_state(node: Node) -> tuple[object, ...]:
     """Everything a node-local key can depend on: the node's capacities and free capacity."""
     return (
         node.cpu_milli, node.memory_mib, node.free_cpu, node.free_mem,
-        tuple((g.model, g.milli, g.memory_mib, g.free_milli, g.free_mib) for g in node.gpus),
+        tuple((g.model, g.milli, g.memory_mib, g.free_milli, g.free_mib, g.withdrawn) for g in node.gpus),
         tuple(sorted(node.labels.items())),
     )
 

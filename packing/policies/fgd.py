@@ -43,10 +43,11 @@ def placements(mix: TypicalMix, ledger: Ledger, request: Request, node: Node) ->
     """Every distinct placement of ``request`` on ``node`` with its gain; [] when it does not fit.
 
     Cards of one model with equal free shares are one placement (the lowest index stands for them).
+    A withdrawn card is no capacity: it enters neither F nor the placements.
     """
     if not ledger.fits_on(node, request):
         return []
-    cards = [(g.model, g.free_milli) for g in node.gpus]
+    cards = [(g.model, 0 if g.withdrawn else g.free_milli) for g in node.gpus]
     cpu = node.free_cpu if node.cpu_milli is not None else None
     mem = node.free_mem if node.memory_mib is not None else None
     before_cpu, before_mem = mix.host_rank(cpu, mem)

@@ -26,6 +26,7 @@ class Node:
     used: tuple[int, ...]
     cpu: int | None = None
     model: str = V100
+    withdrawn: tuple[int, ...] = ()  # cards taking no new placement (gone or unhealthy)
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ def ledger_of(nodes: dict[str, Node]) -> Ledger:
         for i, used in enumerate(spec.used):
             if used:
                 ledger.assign(f"{name}-fill{i}", Request(used, MIB * used // 1000), name, (f"{name}/g{i}",))
+        for i in spec.withdrawn:
+            ledger.withdraw(f"{name}/g{i}")
     return ledger
 
 

@@ -20,6 +20,11 @@ TABLE = [
          {"a": (-56, False, 0), "b": (-43, True, 1)}, ("a", (1,)), MIX),
     Case("equal levels: a used node before an untouched one", {"a": Node((0,)), "b": Node((0, 0, 1000))}, H,
          {"a": (-43, True, 0), "b": (-43, False, 1)}, ("b", (0,)), MIX),
+    # a's second card is withdrawn: a is a one-card node, as b is; counted as idle, it would make a
+    # look able to host the two-card pod, and breaking that would cost the whole node (level 14)
+    Case("a withdrawn card is no capacity", {"a": Node((0, 0), withdrawn=(1,)), "b": Node((0,))},
+         C.request("v100-25"), {"a": (-56, True, 0), "b": (-56, True, 1)}, ("a", (0,)),
+         (TypicalPod(0, 1000, 2, 1.0),)),
     Case("the key is unique: equal nodes differ by order", {"a": Node((0,)), "b": Node((0,))}, H,
          {"a": (-43, True, 0), "b": (-43, True, 1)}, ("a", (0,)), MIX),
     # 4 cores asked: on a (10 cores, an idle card) the card is then stranded for the 8-core pod, gain
