@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from packing.ledger import Allocation
+from packing.policies import DEFAULT_POLICY
 from packing.products import Request, model_accepts
 from packing.queue import DEFAULT_ADMISSION, ClaimQueue, WaitingClaim
 from simulations.cluster import TrackedLedger
@@ -43,7 +44,7 @@ class EngineError(ValueError):
 class EngineConfig:
     """Placement policy, admission policy and the path through kube-scheduler."""
 
-    policy: str = "best-fit"
+    policy: str = DEFAULT_POLICY
     admission: str = DEFAULT_ADMISSION
     model: SchedulerModel = field(default_factory=SchedulerModel)
     age_limit_s: float | None = None  # T of every product without its own; None: the strategy's defaults

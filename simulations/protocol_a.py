@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from packing.policies import DEFAULT_POLICY
 from packing.products import Catalog, Request
 from simulations.cluster import CardModel, build_ledger
 from simulations.scheduler import Scheduler, SchedulerModel, run_policy
@@ -30,7 +31,7 @@ CURVE_MAX_PCT = 130
 
 @dataclass(frozen=True)
 class ProtocolAConfig:
-    policy: str = "best-fit"
+    policy: str = DEFAULT_POLICY
     rounding: str = "none"
     model: SchedulerModel = field(default_factory=SchedulerModel)
     inflation: float = DEFAULT_INFLATION

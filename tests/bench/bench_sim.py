@@ -101,10 +101,11 @@ def bench_protocol_b() -> None:
     after_build = _rss_mib()
     ledger = build_ledger(card_nodes(64), card_model_for(catalog, "slices"), seed=1, track_host=False)
     started = time.perf_counter()
-    sim = simulate(ledger, jobs, requests, EngineConfig(), seed=1)
+    config = EngineConfig()
+    sim = simulate(ledger, jobs, requests, config, seed=1)
     wall = time.perf_counter() - started
-    print(f"protocol B, built-in synthetic, 64 cards, ρ 0.85, best-fit + aging-guard: {sim.events} events in "
-          f"{wall:.1f} s = {sim.events / wall:,.0f} events/s")
+    print(f"protocol B, built-in synthetic, 64 cards, ρ 0.85, {config.policy} + {config.admission}: "
+          f"{sim.events} events in {wall:.1f} s = {sim.events / wall:,.0f} events/s")
     print(f"  peak RSS {_rss_mib():.0f} MiB (workload {after_build - before:.0f} MiB of it); "
           f"utilisation {sim.mean_allocated_pct:.1f} %")
 

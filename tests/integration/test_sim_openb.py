@@ -1,8 +1,8 @@
 """Regression on the real ``openb`` trace: the published FGD baselines, GPU models, our own trace format.
 
 The trace is research-only data kept outside the project; these tests find it through
-``$GPUSLICE_TRACES`` (``tests/traces.py``): they skip, saying why, without it, and fail under
-``CI=true``. One seed each: it lands within about 0.8 point of a 10-seed mean.
+``$GPUSLICE_TRACES`` (``tests/traces.py``): they skip, saying why, without it, and fail when it
+names a folder without them, or under ``CI=true``. One seed each: it lands within about 0.8 point of a 10-seed mean.
 """
 
 from __future__ import annotations
