@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from extender.constraints import MalformedConstraints, pod_constraints
 from extender.inventory import PRODUCT_LABEL
 from packing.products import Catalog, Request, RequestError
 
@@ -302,7 +303,8 @@ class AskReader:
         return direct if direct is not None else claimed
 
     def read(self, pod: Any) -> PodAsk:
-        """Everything the extender needs from a pod: identity, request or refusal, runtime, priority.
+        """Everything the extender needs from a pod: identity, request (with its node selector, required
+        node affinity and tolerations) or refusal, runtime, priority.
 
         MalformedPod for wrong types, and for a pod gpuslice manages that has no ``metadata.uid``
         (reservations and bind are keyed by it); ClaimUnavailable as for ``request``. A refusal is
@@ -324,6 +326,10 @@ class AskReader:
         try:
             request = self.request(pod)
             limit = time_limit_of(pod, self.catalog) if request is not None else None
+            if request is not None:  # where it may go travels with what it asks for (packing.node_fit)
+                request = replace(request, constraints=pod_constraints(pod))
+        except MalformedConstraints as e:
+            raise MalformedPod(str(e)) from None
         except MalformedPod:
             raise
         except PodSpecError as e:

@@ -2,7 +2,7 @@
 what each pod seen asked for, behind one lock (the part Kueue's ``pkg/cache`` plays for it).
 
 The ledger is changed only through this cache (``assign``, ``release``, ``readmit``, ``commit``,
-``add_node``, ``remove_node``, ``withdraw``), which keeps the per-shape fit views current
+``add_node``, ``remove_node``, ``withdraw``, ``set_facts``), which keeps the per-shape fit views current
 (``touch``) and counts every change (``generation``, for gauges that may be cached).
 
 Transactions: ``undo_on_error()`` journals every ledger change made inside the block and, if the
@@ -30,6 +30,7 @@ from extender.decide import PolicyUse
 from extender.fitcache import FitCache
 from extender.timing import TimedLock
 from packing.ledger import Allocation, Ledger
+from packing.node_fit import NodeFacts
 from packing.products import Request
 
 log = logging.getLogger(__name__)
@@ -134,16 +135,33 @@ class ClaimCache:
         self.touch(name)
         self._undo(lambda: self._raw_remove(name))
 
+    def set_facts(self, name: str, facts: NodeFacts) -> bool:
+        """Make ``name``'s labels, taints and cordon what its Node object says; True when they changed."""
+        node = self.ledger.nodes[name]
+        old = node.facts
+        if not self.ledger.set_facts(name, dict(facts.labels), facts.taints, facts.unschedulable):
+            return False
+        self.touch(name)
+
+        def back() -> None:
+            self.ledger.set_facts(name, dict(old.labels), old.taints, old.unschedulable)
+            self.touch(name)
+
+        self._undo(back)
+        return True
+
     def remove_node(self, name: str) -> list[Allocation]:
         """Drop a node and every allocation on it (an undo puts both back exactly)."""
         node = self.ledger.nodes[name]
         cards = [(g.uuid, g.model, g.memory_mib, g.withdrawn) for g in node.gpus]
         order = node.order
+        facts = node.facts
         dropped = self.ledger.remove_node(name)
         self.touch(name)
 
         def restore() -> None:
-            self.ledger.add_node(name, [c[:3] for c in cards], order=order)
+            self.ledger.add_node(name, [c[:3] for c in cards], order=order, labels=dict(facts.labels),
+                                 taints=facts.taints, unschedulable=facts.unschedulable)
             for uuid, *_, withdrawn in cards:
                 self.ledger.withdraw(uuid, withdrawn)
             for a in dropped:

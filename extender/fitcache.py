@@ -12,6 +12,8 @@ the workload mix are re-checked on every node when the mix moves (``Policy.mix_v
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from extender.decide import Code, FitNote, PolicyUse, reason_for
 from packing.ledger import Ledger
 from packing.products import Request
@@ -46,7 +48,11 @@ class FitCache:
             view.dirty.add(node)
 
     def view(self, request: Request) -> ShapeView:
-        """The current view of ``request``: built on first use, refreshed where dirty."""
+        """The current view of ``request``: built on first use, refreshed where dirty. One view per
+        shape whatever the pod's node constraints: a per-node fit does not read them (kube-scheduler
+        filters by them before it asks us), and pods pinned many ways must not thrash the views."""
+        if request.constraints is not None:
+            request = replace(request, constraints=None)
         if self.use.node_local and self.use.policy.mix_version != self._mix_version:
             self._mix_version = self.use.policy.mix_version
             for name in self.ledger.nodes:

@@ -25,10 +25,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from extender.constraints import node_facts
+from packing.node_fit import NodeFacts
 from packing.products import Catalog
 
 INVENTORY_ANNOTATION = "gpuslice.io/inventory"
@@ -67,10 +69,12 @@ class Card:
 
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
-    """A node's cards, in the order of their index, and who enforces slices there."""
+    """A node's cards, in the order of their index, who enforces slices there, and its labels, taints
+    and cordon (what the queue checks a pod's node constraints against)."""
 
     cards: tuple[Card, ...]
     enforcement: Enforcement
+    facts: NodeFacts = field(default_factory=NodeFacts)
 
 
 def _card_memory(catalog: Catalog, model: str, reported: int) -> int:
@@ -148,12 +152,13 @@ def source_of(node: Mapping[str, Any]) -> tuple[object, ...]:
 def inventory_of_node(name: str, node: Mapping[str, Any], catalog: Catalog) -> NodeInventory:
     """The GPUs of a Node object: the agent's annotation, else the GFD labels, else none."""
     annotation, product, count_label, memory_label = source_of(node)
+    facts = node_facts(node)
     if annotation is not None:
         if not isinstance(annotation, str):
             raise InventoryError(f"{INVENTORY_ANNOTATION} must be a string")
-        return NodeInventory(parse_inventory(annotation, catalog), Enforcement.AGENT)
+        return NodeInventory(parse_inventory(annotation, catalog), Enforcement.AGENT, facts)
     if product is None:
-        return NodeInventory((), Enforcement.NONE)
+        return NodeInventory((), Enforcement.NONE, facts)
     if not isinstance(product, str) or not product or len(product) > MAX_TEXT:
         raise InventoryError(f"label {PRODUCT_LABEL} must be a non-empty string of at most {MAX_TEXT} characters")
     labels = {COUNT_LABEL: count_label, MEMORY_LABEL: memory_label}
@@ -163,4 +168,4 @@ def inventory_of_node(name: str, node: Mapping[str, Any], catalog: Catalog) -> N
         raise InventoryError(f"label {COUNT_LABEL}={count} is more than {MAX_CARDS} cards")
     reported = _label_int(labels, MEMORY_LABEL) or 0
     return NodeInventory(synthetic_cards(name, count, product, _card_memory(catalog, product, reported)),
-                         Enforcement.NONE)
+                         Enforcement.NONE, facts)

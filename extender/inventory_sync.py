@@ -11,6 +11,9 @@ bodies (``learn``). How a new inventory is applied to a node that already holds 
 * a card whose model or memory changed is replaced at once if it holds nothing, else kept as it was
   (withdrawn) until it does.
 
+A node's labels, taints and cordon (``spec.unschedulable``) apply at once: they decide where the queue
+places new claims, never what a node already holds.
+
 What cannot be applied yet stays the node's wanted inventory and is applied as soon as the node can
 take it: ``settle`` runs after every release on a node with such a change. Each change is one
 transaction of the cache (``undo_on_error``): an inventory the ledger refuses (a GPU uuid another
@@ -27,6 +30,7 @@ from enum import StrEnum
 from typing import Any
 
 from extender.cache import ClaimCache
+from extender.constraints import node_facts
 from extender.decide import REASON_HEAD, UNKNOWN, Code, FitNote
 from extender.inventory import Enforcement, InventoryError, NodeInventory, inventory_of_node, source_of
 from packing.ledger import LedgerError
@@ -40,6 +44,7 @@ class SyncOutcome(StrEnum):
     REPLACED = "replaced"  # cards added, removed or changed
     WITHDRAWN = "withdrawn"  # only cards' health changed
     REMOVED = "removed"
+    RELABELED = "relabeled"  # only labels, taints or cordon changed
     SAME = "same"
     PENDING = "pending"  # applied as far as it can; the rest waits for slices to leave
     INVALID = "invalid"  # the ledger refused it: nothing changed
@@ -96,7 +101,7 @@ class InventorySync:
     def learn(self, nodes: Sequence[Mapping[str, Any]], names: Sequence[str]) -> None:
         """Take inventories from the Node objects of a request body (standalone ``--learn-nodes`` only)."""
         for name, node in zip(names, nodes, strict=True):
-            source = source_of(node)
+            source = (*source_of(node), node_facts(node))
             if self._sources.get(name) == source:
                 continue
             try:
@@ -108,6 +113,13 @@ class InventorySync:
             self._sources[name] = source
 
     def _apply(self, name: str, want: NodeInventory) -> SyncOutcome:
+        outcome = self._apply_cards(name, want)
+        if name in self.cache.ledger.nodes and self.cache.set_facts(name, want.facts) \
+                and outcome is SyncOutcome.SAME:
+            return SyncOutcome.RELABELED
+        return outcome
+
+    def _apply_cards(self, name: str, want: NodeInventory) -> SyncOutcome:
         cache = self.cache
         node = cache.ledger.nodes.get(name)
         self._pending.discard(name)

@@ -52,6 +52,7 @@ from extender.timing import phase
 from extender.waiting_room import WaitingRoom
 from extender.wire import BindingArgs, ExtenderArgs, FilterResult, node_name
 from packing.ledger import Allocation, Ledger, LedgerError
+from packing.node_fit import NodeFacts
 from packing.policies import DEFAULT_POLICY, Policy
 from packing.products import Catalog
 from packing.queue import ClaimQueue
@@ -242,10 +243,12 @@ class ExtenderState:
             if self.inventory.sync(name, NodeInventory(tuple(cards), enforcement)) is SyncOutcome.INVALID:
                 raise LedgerError(self.inventory.bad().get(name, f"node {name} was refused"))
 
-    def sync_node(self, name: str, cards: Iterable[Card], enforcement: Enforcement = Enforcement.NONE) -> str:
-        """Make ``name``'s GPUs what its Node object says, as far as its slices allow (``SyncOutcome``)."""
+    def sync_node(self, name: str, cards: Iterable[Card], enforcement: Enforcement = Enforcement.NONE,
+                  facts: NodeFacts | None = None) -> str:
+        """Make ``name``'s GPUs (and labels, taints, cordon) what its Node object says, as far as its
+        slices allow (``SyncOutcome``)."""
         with self.cache.lock:
-            return self.inventory.sync(name, NodeInventory(tuple(cards), enforcement)).value
+            return self.inventory.sync(name, NodeInventory(tuple(cards), enforcement, facts or NodeFacts())).value
 
     def bad_inventory(self, name: str, why: str) -> None:
         """Remember why ``name``'s GPUs could not be read (filter shows it as the node's reason)."""

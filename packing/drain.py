@@ -69,7 +69,9 @@ def usable_milli(node: Node, request: Request) -> int:
 
 
 def could_hold(node: Node, r: Request) -> bool:
-    """Could ``node``, empty, hold ``r``?"""
+    """Could ``node``, empty, hold ``r``, and may ``r``'s pod go there (labels, taints, cordon)?"""
+    if not node.allows(r):
+        return False
     if node.cpu_milli is not None and r.cpu_milli > node.cpu_milli:
         return False
     if node.memory_mib is not None and r.host_memory_mib > node.memory_mib:

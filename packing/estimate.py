@@ -80,11 +80,13 @@ def estimated_start(ledger: Ledger, request: Request, ends: Iterable[tuple[float
 
 def earliest_node(ledger: Ledger, request: Request, ends: Iterable[tuple[float, str]], now: float,
                   nodes: Collection[str] | None = None, exclude: Collection[str] = ()) -> tuple[float, str] | None:
-    """(estimated start, node): the first node, among ``nodes`` (all when None) less ``exclude``, where
-    ``request`` fits after the declared ends in ``ends``, and when; None when the declared claims never
-    free enough there. A node where it fits already comes first, at ``now``."""
+    """(estimated start, node): the first node ``request``'s pod may use, among ``nodes`` (all when
+    None) less ``exclude``, where ``request`` fits after the declared ends in ``ends``, and when; None
+    when the declared claims never free enough there. A node where it fits already comes first, at
+    ``now``."""
     def allowed(name: str) -> bool:
-        return (nodes is None or name in nodes) and name not in exclude
+        wanted = (nodes is None or name in nodes) and name not in exclude
+        return wanted and ledger.nodes[name].allows(request)
 
     for n in _candidate_nodes(ledger, request):
         if allowed(n.name) and fits_in(n, request, {}, None):

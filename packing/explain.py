@@ -17,6 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 from packing.claims import WaitingClaim
 from packing.ledger import Gpu, Ledger
+from packing.node_fit import why_not
 from packing.products import Request
 
 QUOTA_EXCEEDED = "QuotaExceeded"
@@ -56,6 +57,7 @@ class ClassFacts(NamedTuple):
     message: str
     fit: bool  # a free slice fits it now
     product: str
+    nodes: frozenset[str] | None = None  # the nodes its pod may use (None: every node): whom it competes with
 
 
 class Lens(Protocol):
@@ -105,6 +107,11 @@ def explain_in_order(
 
     ``facts(claim)`` is called once per class id; ``lens`` (the admission strategy's, None for
     best effort) is asked about every claim within its entitlement and satisfiable.
+
+    Positions count the claims that compete with it: itself and those ahead of it whose pods may use
+    a node it may use (their ``ClassFacts.nodes`` overlap; None is every node). While no claim is
+    limited to some nodes that is every claim ahead, 1..n; otherwise one sum over the distinct
+    node sets seen so far per claim, each pair's overlap computed once.
     """
     of_class: dict[int, ClassFacts] = {}
     per_product: dict[str, int] = {}
@@ -112,12 +119,30 @@ def explain_in_order(
     append = out.append
     make = _make_explanation
     see = lens.see if lens is not None else None
-    for position, (w, _, cid) in enumerate(entries, start=1):
+    limited = False  # has a claim limited to some nodes been met? Then positions count by node set
+    by_set: dict[frozenset[str] | None, int] = {}
+    by_product_set: dict[str, dict[frozenset[str] | None, int]] = {}
+    overlap: dict[tuple[frozenset[str] | None, frozenset[str] | None], bool] = {}
+    for ahead, (w, _, cid) in enumerate(entries, start=1):  # ahead: claims so far, this one included
         f = of_class.get(cid)
         if f is None:
             f = of_class[cid] = facts(w)
-        reason, message, fit, product = f
-        count = per_product[product] = per_product.get(product, 0) + 1
+        reason, message, fit, product, nodes = f
+        if nodes is None and not limited:
+            position = ahead
+            count = per_product[product] = per_product.get(product, 0) + 1
+        else:
+            if not limited:  # from here on, by node set: everything so far competed for every node
+                limited = True
+                by_set[None] = ahead - 1
+                by_product_set.update({p: {None: k} for p, k in per_product.items()})
+            mine = by_product_set.setdefault(product, {})
+            position = 1 + sum(k for s, k in by_set.items() if _competes(s, nodes, overlap))
+            count = 1 + sum(k for s, k in mine.items() if _competes(s, nodes, overlap))
+        if limited:
+            by_set[nodes] = by_set.get(nodes, 0) + 1
+            mine = by_product_set.setdefault(product, {})
+            mine[nodes] = mine.get(nodes, 0) + 1
         est: float | None = None
         if see is not None and reason in (ADMISSIBLE, NO_CAPACITY):
             seen = see(w, fit, message)
@@ -127,6 +152,19 @@ def explain_in_order(
         append(make(w.claim, w.namespace, product, position, count, reason, message,
                     waited if waited > 0.0 else 0.0, w.priority, est))
     return out
+
+
+def _competes(a: frozenset[str] | None, b: frozenset[str] | None,
+              memo: dict[tuple[frozenset[str] | None, frozenset[str] | None], bool]) -> bool:
+    """Do claims limited to node sets ``a`` and ``b`` (None: every node) compete for a node?
+    The same set always does (even an empty one: those claims wait for the same thing)."""
+    if a is b or a == b:
+        return True
+    hit = memo.get((a, b))
+    if hit is None:
+        hit = bool(b if a is None else a) if a is None or b is None else not a.isdisjoint(b)
+        memo[(a, b)] = hit
+    return hit
 
 
 def guard_message(head: WaitingClaim, node: str, now: float, est: float | None, age_limit: float) -> str:
@@ -146,41 +184,66 @@ def starving_message(w: WaitingClaim, node: str, now: float, est: float | None, 
 
 
 def capacity_message(ledger: Ledger, r: Request) -> str:
-    """What a claim that does not fit waits for: the slice it needs against the largest free one."""
+    """What a claim that does not fit waits for: the slice it needs against the largest free one, on
+    the nodes its pod may use (and how many those are, when not every node)."""
     what = f" ({r.product})" if r.product else ""
+    allowed = ledger.eligible(r)
+    scope = "" if allowed is None else f"; it may use {len(allowed)} of {len(ledger.nodes)} nodes ({_why_scope(r)})"
     if r.gpu_less:
-        return f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM on one node; no node has both free"
+        return f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM on one node; no node has both free{scope}"
     if r.whole and r.count > 1:
         best: tuple[int, str] | None = None
         for node in ledger.nodes.values():
+            if allowed is not None and node.name not in allowed:
+                continue
             empty = sum(1 for g in node.gpus if g.empty and r.accepts_model(g.model))
             if best is None or empty > best[0]:
                 best = (empty, node.name)
         most = f"at most {best[0]} on node {best[1]}" if best else "no nodes"
-        return f"needs {r.count} empty cards on one node{what}; {most}"
+        return f"needs {r.count} empty cards on one node{what}; {most}{scope}"
     need = "an empty card" if r.whole else f"a {r.milli}-milli slice"
     largest: Gpu | None = None
     for model in ledger.models():
         if r.accepts_model(model):
-            g = next(ledger.gpus_from_largest(model, 0), None)
+            g = next((g for g in ledger.gpus_from_largest(model, 0) if allowed is None or g.node in allowed), None)
             if g is not None and (largest is None or g.free_milli > largest.free_milli):
                 largest = g
     if largest is None:
-        return f"needs {need}{what}; the cluster has no matching GPU"
+        return f"needs {need}{what}; the cluster has no matching GPU{scope}"
     if largest.free_milli >= r.milli:
         return (f"needs {need}{what} with {r.memory_mib} MiB of GPU memory and the node's CPU/RAM; "
-                "no GPU has all of it free")
-    return f"needs {need}{what}; largest free is {largest.free_milli} on node {largest.node}"
+                f"no GPU has all of it free{scope}")
+    return f"needs {need}{what}; largest free is {largest.free_milli} on node {largest.node}{scope}"
 
 
-def unsatisfiable_message(r: Request) -> str:
-    """Why no node in the cluster could ever hold ``r``."""
+def _why_scope(r: Request) -> str:
+    """What limits the nodes a claim may use: its constraints, else the cordons and taints."""
+    return r.constraints.describe() if r.constraints is not None else "the others are cordoned or tainted"
+
+
+def unsatisfiable_message(r: Request, ledger: Ledger | None = None) -> str:
+    """Why no node in the cluster could ever hold ``r``: none its pod may use (by labels, taints or
+    cordon, counted from ``ledger`` when given), or none large enough."""
     model = r.model or "any"
+    if ledger is not None and ledger.nodes and not any(n.allows(r) for n in ledger.nodes.values()):
+        counts: dict[str, int] = {}
+        for n in ledger.nodes.values():
+            why = why_not(r.constraints, n.name, n.facts) or "labels"
+            kind = "untolerated taint" if why.startswith("taint") else why
+            counts[kind] = counts.get(kind, 0) + 1
+        told = {"labels": "do not match its node selector / required node affinity",
+                "untolerated taint": "have a NoSchedule/NoExecute taint it does not tolerate",
+                "cordoned": "are cordoned"}
+        parts = ", ".join(f"{k} {told[w]}" for w, k in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
+        asked = f" ({r.constraints.describe()})" if r.constraints is not None else ""
+        return (f"{r.describe()} may use none of the {len(ledger.nodes)} GPU nodes{asked}: {parts} "
+                "(re-checked when nodes join or change labels, taints or cordon)")
     if r.gpu_less:
         return (f"needs {r.cpu_milli}m CPU and {r.host_memory_mib} MiB RAM; no node is that large "
                 "(re-checked when nodes join)")
     cards = f"{r.count} {model} cards" if r.count > 1 else f"a {model} card"
-    return (f"{r.describe()} can never fit: no node has {cards} with {r.memory_mib} MiB each and room for "
+    where = " it may use" if ledger is not None and ledger.eligible(r) is not None else ""
+    return (f"{r.describe()} can never fit: no node{where} has {cards} with {r.memory_mib} MiB each and room for "
             f"{r.cpu_milli}m CPU / {r.host_memory_mib} MiB RAM (re-checked when nodes join)")
 
 

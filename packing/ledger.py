@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
+from packing.node_fit import NodeFacts, Taint, may_run
 from packing.products import MILLI_PER_GPU, Request
 from packing.record import AllocationRecord
 
@@ -71,6 +72,15 @@ class Node:
     free_cpu: int = 0
     free_mem: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False  # cordoned: no new placement by the queue unless tolerated
+    facts: NodeFacts = field(default_factory=NodeFacts)  # labels, taints, cordon as node_fit reads them
+
+    def allows(self, request: Request) -> bool:
+        """May ``request``'s pod go here by its node constraints (``packing.node_fit``)?"""
+        if request.constraints is None:
+            return self.facts.open
+        return may_run(request.constraints, self.name, self.facts)
 
     @property
     def free_gpu_milli(self) -> int:
@@ -147,6 +157,9 @@ class Ledger:
         self._node_index: SortedList = SortedList()  # (free milli, order, name) for GPU-less requests
         self._expiry: SortedList = SortedList()  # (expires_at, claim)
         self._next_order = 0
+        self.topology = 0  # bumped when a node joins, leaves, or changes labels, taints or cordon
+        self._eligible: dict[object, frozenset[str] | None] = {}  # constraints -> nodes allowed, this topology
+        self._closed = 0  # nodes a request without constraints may not use (cordoned or tainted)
 
     # ---- inventory -------------------------------------------------------------------------
 
@@ -158,8 +171,11 @@ class Ledger:
         memory_mib: int | None = None,
         order: int | None = None,
         labels: dict[str, str] | None = None,
+        taints: tuple[Taint, ...] = (),
+        unschedulable: bool = False,
     ) -> Node:
-        """Add a node with ``gpus`` as (uuid, model, memory MiB); each card is 1000 milli."""
+        """Add a node with ``gpus`` as (uuid, model, memory MiB); each card is 1000 milli; ``labels``,
+        ``taints`` and ``unschedulable`` as its Node object says (``set_facts`` changes them)."""
         if not name:
             raise LedgerError("a node needs a name")
         if name in self.nodes:
@@ -176,14 +192,54 @@ class Ledger:
         if order is None:
             order = self._next_order
         self._next_order = max(self._next_order, order + 1)
-        node = Node(name, order, [], cpu_milli, memory_mib, cpu_milli or 0, memory_mib or 0, dict(labels or {}))
+        node = Node(name, order, [], cpu_milli, memory_mib, cpu_milli or 0, memory_mib or 0)
+        self._set_facts(node, dict(labels or {}), tuple(taints), bool(unschedulable))
         for i, (uuid, model, mib) in enumerate(cards):
             node.gpus.append(Gpu(uuid, name, i, model, MILLI_PER_GPU, mib, MILLI_PER_GPU, mib))
         self.nodes[name] = node
         for g in node.gpus:
             self.gpus[g.uuid] = g
         self._index_node(node)
+        self._closed += not node.facts.open
+        self._topology_changed()
         return node
+
+    def set_facts(self, name: str, labels: dict[str, str], taints: tuple[Taint, ...] = (),
+                  unschedulable: bool = False) -> bool:
+        """Make ``name``'s labels, taints and cordon these; True when something changed. What it holds
+        stays: constraints decide new placements only."""
+        node = self._node(name)
+        if not all(isinstance(t, Taint) for t in taints):
+            raise LedgerError(f"node {name}: taints must be packing.node_fit.Taint")
+        old = node.facts
+        self._set_facts(node, dict(labels), tuple(taints), bool(unschedulable))
+        if node.facts == old:
+            return False
+        self._closed += int(not node.facts.open) - int(not old.open)
+        self._topology_changed()
+        return True
+
+    @staticmethod
+    def _set_facts(node: Node, labels: dict[str, str], taints: tuple[Taint, ...], unschedulable: bool) -> None:
+        node.labels = labels
+        node.taints = taints
+        node.unschedulable = unschedulable
+        node.facts = NodeFacts(tuple(sorted(labels.items())), taints, unschedulable)
+
+    def _topology_changed(self) -> None:
+        self.topology += 1
+        self._eligible.clear()
+
+    def eligible(self, request: Request) -> frozenset[str] | None:
+        """The nodes ``request``'s pod may use by its constraints; None when that is every node (the
+        common case, O(1)). Cached per constraints until the topology changes: O(nodes) per miss."""
+        c = request.constraints
+        if c is None and self._closed == 0:
+            return None
+        if c not in self._eligible:
+            found = frozenset(n.name for n in self.nodes.values() if n.allows(request))
+            self._eligible[c] = None if len(found) == len(self.nodes) else found  # every node: the fast path
+        return self._eligible[c]
 
     def remove_node(self, name: str) -> list[Allocation]:
         """Drop a node and every allocation on it; returns the dropped allocations."""
@@ -195,6 +251,8 @@ class Ledger:
         for g in node.gpus:
             del self.gpus[g.uuid]
         del self.nodes[name]
+        self._closed -= not node.facts.open
+        self._topology_changed()
         return dropped
 
     def _node(self, name: str) -> Node:
@@ -532,12 +590,15 @@ class Ledger:
                 f"whole-card index drifted for {model}"
         reserved = sorted((a.expires_at, a.claim) for a in self.allocations.values() if a.expires_at is not None)
         assert reserved == list(self._expiry), "expiry index drifted"
+        assert self._closed == sum(not n.facts.open for n in self.nodes.values()), "closed-node count drifted"
+        for n in self.nodes.values():
+            assert n.facts == NodeFacts(tuple(sorted(n.labels.items())), n.taints, n.unschedulable), f"{n.name}: facts"
 
     def fingerprint(self) -> tuple[object, ...]:
         """A value equal for equal ledgers (free capacity, allocations, indexes)."""
         return (
             tuple((u, g.free_milli, g.free_mib, g.withdrawn) for u, g in sorted(self.gpus.items())),
-            tuple((n, x.free_cpu, x.free_mem) for n, x in sorted(self.nodes.items())),
+            tuple((n, x.free_cpu, x.free_mem, x.facts) for n, x in sorted(self.nodes.items())),
             tuple(sorted(self.allocations.items())),
             tuple((m, tuple(ix)) for m, ix in sorted(self._gpu_index.items())),
             tuple((m, tuple(ix)) for m, ix in sorted(self._whole_index.items())),

@@ -17,6 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from packing.node_fit import NodeConstraints
+
 MILLI_PER_GPU = 1000
 MAX_DYADIC_EXPONENT = 3  # 1/8 of a card is the finest slice: 125 milli is still an integer
 CATALOG_ENV = "GPUSLICE_CATALOG"
@@ -78,6 +80,11 @@ class Request:
     ``count`` > 1 is only allowed for whole cards (k cards on one node). ``count`` == 0 with
     ``milli`` == 0 is a CPU-only request (the simulator replays those). ``model`` is an fnmatch
     pattern over GPU model labels, or several separated by ``|``; ``None`` accepts any model.
+    ``constraints``: the pod's node selector, required node affinity and tolerations
+    (``packing.node_fit``); None (and an empty ``NodeConstraints``, which reads as None) says
+    nothing, so any schedulable untainted node.
+    The queue places a request only on nodes it may use; the per-node fit checks (``Ledger.explain``,
+    ``Policy.pick``) leave constraints to kube-scheduler.
     """
 
     milli: int
@@ -87,8 +94,14 @@ class Request:
     product: str | None = None
     cpu_milli: int = 0
     host_memory_mib: int = 0
+    constraints: NodeConstraints | None = None
 
     def __post_init__(self) -> None:
+        if self.constraints is not None:
+            if not isinstance(self.constraints, NodeConstraints):
+                raise RequestError("constraints must be a packing.node_fit.NodeConstraints or None")
+            if self.constraints.empty:
+                object.__setattr__(self, "constraints", None)  # one shape for "says nothing"
         if not 0 <= self.milli <= MILLI_PER_GPU:
             raise RequestError(f"milli must be within 0..{MILLI_PER_GPU}, got {self.milli}")
         if self.memory_mib < 0 or self.cpu_milli < 0 or self.host_memory_mib < 0:

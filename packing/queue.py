@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Literal
 
 from packing.admission import AdmissionView, Strategy, make_strategy
+from packing.admission.view import choose_allowed
 from packing.claims import (
     ADMISSION_POLICIES,
     AGING_GUARD,
@@ -72,6 +73,9 @@ __all__ = [  # the queue's public names, wherever they are defined (the extender
 ]
 
 
+MAX_CACHED_SHAPES = 4096  # satisfiability memo entries (request shapes, node constraints included)
+
+
 class ClaimQueue:
     """Waiting claims, the running claims it tracks, entitlements, and the admission step."""
 
@@ -110,7 +114,7 @@ class ClaimQueue:
         self._seq = 0
         self._order = WaitingOrder()
         self._book = RunningBook()
-        self._holdable: dict[Request, tuple[bool, Node | None]] = {}
+        self._holdable: dict[Request, tuple[bool, Node | None, int]] = {}
 
     # ---- events ---------------------------------------------------------------------------------
 
@@ -315,38 +319,41 @@ class ClaimQueue:
         ``fits`` and ``wants`` memoise the fit check and the capacity message per request shape."""
         r = w.request
         product = w.product
+        nodes = self.ledger.eligible(r)  # whom it competes with, for its position
         if not self._holds(r):
-            return ClassFacts(UNSATISFIABLE, unsatisfiable_message(r), False, product)
+            return ClassFacts(UNSATISFIABLE, unsatisfiable_message(r, self.ledger), False, product, nodes)
         quota = self._book.shortfall(w.namespace, r)
         if quota is not None:
-            return ClassFacts(QUOTA_EXCEEDED, quota, False, product)
+            return ClassFacts(QUOTA_EXCEEDED, quota, False, product, nodes)
         if r not in fits:
-            fits[r] = self.policy.choose(self.ledger, r) is not None
+            fits[r] = choose_allowed(self.policy, self.ledger, r) is not None
         if fits[r]:
-            return ClassFacts(ADMISSIBLE, FITS_NOW, True, product)
+            return ClassFacts(ADMISSIBLE, FITS_NOW, True, product, nodes)
         if r not in wants:
             wants[r] = capacity_message(self.ledger, r)
-        return ClassFacts(NO_CAPACITY, wants[r], False, product)
+        return ClassFacts(NO_CAPACITY, wants[r], False, product, nodes)
 
     # ---- satisfiability -----------------------------------------------------------------------
 
     def _holds(self, r: Request) -> bool:
-        """Could some node hold ``r`` when empty? Cached per shape: a yes by the node that proved it
-        (still valid while that very node is in the ledger), a no by the last node added (valid
-        until another node joins; removals cannot turn a no into a yes)."""
+        """Could some node ``r``'s pod may use hold ``r`` when empty? Cached per shape: a yes by the
+        node that proved it (valid while that very node is in the ledger and still holds it), a no by
+        the ledger's topology (valid until a node joins or changes labels, taints or cordon)."""
         cached = self._holdable.get(r)
         nodes = self.ledger.nodes
         if cached is not None:
-            ok, witness = cached
-            if ok and witness is not None and nodes.get(witness.name) is witness:
+            ok, witness, topology = cached
+            if ok and witness is not None and nodes.get(witness.name) is witness and could_hold(witness, r):
                 return True
-            if not ok and next(reversed(nodes.values()), None) is witness:
+            if not ok and topology == self.ledger.topology:
                 return False
+        if len(self._holdable) >= MAX_CACHED_SHAPES:
+            self._holdable.clear()  # shapes multiply with node constraints: keep the memo bounded
         for node in nodes.values():
             if could_hold(node, r):
-                self._holdable[r] = (True, node)
+                self._holdable[r] = (True, node, self.ledger.topology)
                 return True
-        self._holdable[r] = (False, next(reversed(nodes.values()), None))
+        self._holdable[r] = (False, None, self.ledger.topology)
         return False
 
     # ---- bookkeeping -----------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from extender.inventory import Card, Enforcement
 from extender.state import Binder, ExtenderState, StateConfig
 from packing.entitlements import Entitlement
 from packing.ledger import Allocation, Ledger, LedgerError
+from packing.node_fit import NodeFacts
 from packing.products import Catalog
 from packing.queue import Admission, Explanation
 from packing.record import AllocationRecord
@@ -80,8 +81,9 @@ class ClusterState:
         """The pod's ask by resource, annotation or DRA claim (MalformedPod, ClaimUnavailable)."""
         return self.core.describe(pod)
 
-    def sync_node(self, name: str, cards: Iterable[Card], enforcement: Enforcement = Enforcement.NONE) -> str:
-        return self.core.sync_node(name, cards, enforcement)
+    def sync_node(self, name: str, cards: Iterable[Card], enforcement: Enforcement = Enforcement.NONE,
+                  facts: NodeFacts | None = None) -> str:
+        return self.core.sync_node(name, cards, enforcement, facts)
 
     def bad_inventory(self, name: str, why: str) -> None:
         self.core.bad_inventory(name, why)

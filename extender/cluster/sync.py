@@ -4,8 +4,8 @@ The API server is the only durable state. ``rebuild()`` lists nodes, entitlement
 rebuilds the ledger from the allocation records on bound pods before the extender answers as
 ready; the watches then keep it current:
 
-* a node's GPU inventory (agent annotation or GFD labels) enters the ledger; a deleted node
-  leaves it with its allocations;
+* a node's GPU inventory (agent annotation or GFD labels) enters the ledger, with its labels,
+  taints and cordon (where the queue may place a pod); a deleted node leaves it with its allocations;
 * a bound pod enters the ledger on its record's GPUs (or, bound outside gpuslice, on the GPUs
   the policy picks there, with a warning);
 * a pod that is deleted, or reaches Succeeded/Failed, frees its slice (or its place in line) at
@@ -166,13 +166,17 @@ class ClusterSync:
             log.warning("node %s: cannot read its GPU inventory: %s", name, e)
             self.state.bad_inventory(name, str(e))
             return
-        outcome = self.state.sync_node(name, inventory.cards, inventory.enforcement)
+        outcome = self.state.sync_node(name, inventory.cards, inventory.enforcement, inventory.facts)
         if outcome == SyncOutcome.PENDING:
             log.warning("node %s: its GPU inventory changed under live slices; the cards they hold are withdrawn "
                         "(nothing new goes there) and change once the slices leave", name)
             self.kick()
         elif outcome == SyncOutcome.INVALID:
             log.warning("node %s: the ledger refused its GPU inventory; kept the previous one", name)
+        elif outcome == SyncOutcome.RELABELED:
+            log.info("node %s: labels, taints or cordon changed (unschedulable: %s, %d taints)", name,
+                     inventory.facts.unschedulable, len(inventory.facts.taints))
+            self.kick()
         elif outcome != SyncOutcome.SAME:
             log.info("node %s: inventory %s (%d GPUs, enforcement %s)", name, outcome, len(inventory.cards),
                      inventory.enforcement)

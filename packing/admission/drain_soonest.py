@@ -171,8 +171,8 @@ class _Step:
         ledger = self.ledger
         pools: dict[Request, list[_Pooled]] = {}
         for shape, pool in self.s._pools.items():
-            alive = [p for p in pool if p.target.node in ledger.nodes and all(
-                u in ledger.gpus and ledger.gpus[u].node == p.target.node for u in p.target.gpus)]
+            alive = [p for p in pool if p.target.node in ledger.nodes and ledger.nodes[p.target.node].allows(shape)
+                     and all(u in ledger.gpus and ledger.gpus[u].node == p.target.node for u in p.target.gpus)]
             if alive:
                 pools[shape] = alive
         return pools
@@ -302,7 +302,7 @@ class _Step:
     def _holds_now(self, r: Request, t: GpuTarget) -> bool:
         """Would ``t``, without its holds, take ``r`` now?"""
         node = self.ledger.nodes[t.node]
-        if not self.ledger.host_fits(node, r):
+        if not self.ledger.host_fits(node, r) or not node.allows(r):
             return False
         for u in t.gpus:
             g = self.ledger.gpus[u]
@@ -399,6 +399,8 @@ class _Step:
             if not self.view.ends_by(w, t.drains_by):
                 continue
             node = self.ledger.nodes[t.node]
+            if not node.allows(r):
+                continue
             for u in t.gpus:
                 g = self.ledger.gpus[u]
                 self.holds.lift(u)
@@ -451,11 +453,11 @@ class _DrainLens:
         return BLOCKED_BY_HEAD_OF_LINE, text, None
 
     def _fits_outside(self, r: Request) -> bool:
-        """Does ``r`` fit now on GPUs no head holds?"""
+        """Does ``r`` fit now on GPUs no head holds, on a node its pod may use?"""
         if r not in self._outside:
             ledger = self.view.ledger
             self._outside[r] = any(
-                ledger.host_fits(n, r) and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r)
+                n.allows(r) and ledger.host_fits(n, r) and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r)
                                                               if g.uuid not in self.held) >= r.count)
                 for n in ledger.nodes.values())
         return self._outside[r]
@@ -463,7 +465,7 @@ class _DrainLens:
     def _fits_on(self, r: Request, t: GpuTarget) -> bool:
         ledger = self.view.ledger
         node = ledger.nodes.get(t.node)
-        if node is None or r.count > len(t.gpus) or not ledger.host_fits(node, r):
+        if node is None or r.count > len(t.gpus) or not ledger.host_fits(node, r) or not node.allows(r):
             return False
         fitting = {g.uuid for g in ledger.fitting_gpus(node, r)}
         return sum(1 for u in t.gpus if u in fitting) >= r.count

@@ -61,8 +61,9 @@ class AdmissionView:
         return self.now - claim.arrived_at > self.limit_of(claim)
 
     def choose(self, request: Request, nodes: Collection[str] | None = None) -> Choice | None:
-        """Where the placement policy puts ``request`` now (on one of ``nodes`` when given)."""
-        return self.policy.choose(self.ledger, request, nodes)
+        """Where the placement policy puts ``request`` now, on a node its pod may use (one of
+        ``nodes`` when given)."""
+        return choose_allowed(self.policy, self.ledger, request, nodes)
 
     def ends_by(self, claim: WaitingClaim, when: float | None) -> bool:
         """Does ``claim``, started now, surely end by ``when`` (its declared limit, plus the TTL)?"""
@@ -83,6 +84,16 @@ class AdmissionView:
         ends = self.now + self.slack + waiting.time_limit if waiting.time_limit is not None else None
         self.book.add(name, RunningClaim(waiting.namespace, waiting.request, self.now, ends, waiting, key[2]))
         return Admission(name, alloc, max(0.0, self.now - waiting.arrived_at), waiting.namespace, backfill)
+
+
+def choose_allowed(policy: Policy, ledger: Ledger, request: Request,
+                   nodes: Collection[str] | None = None) -> Choice | None:
+    """``policy.choose`` among the nodes ``request``'s pod may use (``Ledger.eligible``), and of
+    ``nodes`` when given: every placement the queue makes goes through here."""
+    allowed = ledger.eligible(request)
+    if allowed is not None:
+        nodes = allowed if nodes is None else allowed.intersection(nodes)
+    return policy.choose(ledger, request, nodes)
 
 
 class Strategy(Protocol):

@@ -39,7 +39,8 @@ requirements = st.builds(Requirement, st.sampled_from(KEYS), st.sampled_from(LAB
 field_requirements = st.builds(Requirement, st.sampled_from(["metadata.name", "metadata.name", "spec.x"]),
                                st.sampled_from(["In", "NotIn", "Exists"]),
                                st.lists(st.sampled_from(["n0", "n1", "n2", ""]), max_size=2).map(tuple))
-terms = st.builds(Term, st.lists(requirements, max_size=3).map(tuple), st.lists(field_requirements, max_size=1).map(tuple))
+terms = st.builds(Term, st.lists(requirements, max_size=3).map(tuple),
+                  st.lists(field_requirements, max_size=1).map(tuple))
 tolerations = st.builds(Toleration, st.sampled_from(["", *TAINT_KEYS]), st.sampled_from(["", "Equal", "Exists", "Gt"]),
                         st.sampled_from(["", "true", "x"]), st.sampled_from(["", *EFFECTS]))
 constraints = st.none() | st.builds(

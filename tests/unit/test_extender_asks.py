@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.asks import AskReader, MalformedPod, PodSpecError, direct_request, time_limit_of
+from extender.constraints import pod_constraints
 from extender.samples import pod
 from packing.products import load_catalog
 
@@ -136,8 +138,10 @@ def test_time_limit_from_deadline_or_annotation() -> None:
 
 
 def test_reading_a_pod_turns_refusals_into_data_and_needs_a_uid_for_managed_pods() -> None:
-    ask = AskReader(CATALOG).read(pod("p", "v100-50", namespace="team", priority=7, time_limit_s=60))
-    assert (ask.key, ask.request, ask.priority, ask.time_limit_s) == ("team/p", CATALOG.request("v100-50"), 7, 60.0)
+    doc = pod("p", "v100-50", namespace="team", priority=7, time_limit_s=60)
+    ask = AskReader(CATALOG).read(doc)
+    wanted = replace(CATALOG.request("v100-50"), constraints=pod_constraints(doc))  # its default tolerations
+    assert (ask.key, ask.request, ask.priority, ask.time_limit_s) == ("team/p", wanted, 7, 60.0)
     refused = AskReader(CATALOG).read(pod("q", extra_resources={"gpuslice.io/v100-75": "1"}))
     assert refused.request is None and refused.refusal is not None and refused.managed
     assert not AskReader(CATALOG).read(pod("r")).managed
