@@ -3,7 +3,8 @@
 Scenarios: best-fit packing through filter/prioritize/bind; explained Pending and a
 freed slice going to the head of the line within seconds; entitlements; a SIGKILL in the middle
 of a burst of 200 pods; a pod deleted while the extender is down; a DRA pod placed like an
-extended-resource one. Timings worth reporting are printed (``-s`` shows them) and written to
+extended-resource one; a pod pinned to a full node pool waiting while an unpinned one behind it
+goes ahead. Timings worth reporting are printed (``-s`` shows them) and written to
 ``$GPUSLICE_E2E_TIMINGS`` when set.
 """
 
@@ -423,3 +424,53 @@ def test_mutual_tls_between_kube_scheduler_and_the_extender(
     assert {n["name"]: n["enforcement"] for n in state["nodes"]}[node] == "none"
     note("mtls", {"refused_without_certificate": True, "refused_other_subject": True,
                   "refused_other_ca": True, "scheduler_bound_through_mtls": True})
+
+
+# ---- node constraints: a pod pinned to a full pool waits; one behind it goes to the pool with room ----
+
+def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ahead(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    pool_key = "e2e.gpuslice.io/pool"
+    a, b = "pin-a-0", "pin-b-0"
+    for name, pool in ((a, "a"), (b, "b")):
+        h.gpu_node(kube, gs.cp.api_client(), name, 1, labels={pool_key: pool})
+        nodes.append(name)
+    h.poll(lambda: {a, b} <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
+
+    def on_pool(name: str, pool: str | None) -> dict[str, Any]:
+        pod = h.slice_pod(name, "v100-50")  # halves age after 4 h: a waiting one is NoCapacity, not a head
+        if pool is not None:
+            pod["spec"]["nodeSelector"] = {pool_key: pool}
+        return pod
+
+    for name in ("fill-0", "fill-1"):  # pool a's only card, full
+        h.create_pod(kube, ns, on_pool(name, "a"))
+        assert h.node_of(h.wait_bound(kube, ns, name, timeout=30)) == a
+    h.create_pod(kube, ns, on_pool("pinned", "a"))
+
+    def waits_no_capacity() -> dict[str, Any] | None:
+        pod = kube.get_pod(ns, "pinned")
+        assert pod is not None and not h.node_of(pod), "the pinned pod was bound though its pool is full"
+        cond = h.queued(pod)
+        return cond if cond is not None and cond["status"] == "True" and cond["reason"] == "NoCapacity" else None
+
+    cond = h.poll(waits_no_capacity, 30, "the pinned pod to wait with reason NoCapacity")
+    assert "position 1 in the gpuslice queue" in cond["message"], cond
+    assert f"node selector {pool_key}=a" in cond["message"], cond
+    time.sleep(1.05)  # creation timestamps have second resolution: the unpinned pod is behind it in line
+    started = time.monotonic()
+    h.create_pod(kube, ns, on_pool("unpinned", None))
+    unpinned = h.wait_bound(kube, ns, "unpinned", timeout=30)
+    took = time.monotonic() - started
+    assert h.node_of(unpinned) != a
+    if {n["name"] for n in gs.extender.state()["nodes"]} == {a, b}:
+        assert h.node_of(unpinned) == b
+    pinned = kube.get_pod(ns, "pinned")
+    assert pinned is not None and not h.node_of(pinned) and h.is_gated(pinned)
+    cond = h.queued(pinned)
+    assert cond is not None and cond["reason"] == "NoCapacity", cond
+    # a slice frees on its pool: the pinned pod goes there, not to b (which still has room)
+    h.delete_now(kube, ns, "fill-0")
+    assert h.node_of(h.wait_bound(kube, ns, "pinned", timeout=30)) == a
+    note("pinned_pool", {"unpinned_bound_behind_pinned_s": round(took, 3), "pinned_reason": "NoCapacity"})
