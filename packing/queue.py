@@ -2,7 +2,9 @@
 
 Quota is an entitlement, not a reservation: a valid claim that cannot get a slice now waits, and
 is admitted as soon as one frees up; every waiting claim has exactly one reason and a position.
-Pure logic over a ``Ledger``: the extender and the simulator drive it through ``arrive``,
+A claim is placed only on nodes its pod may use (``Request.constraints`` against each node's
+labels, taints and cordon, ``packing.node_fit``). Pure logic over a ``Ledger``: the extender and
+the simulator drive it through ``arrive``,
 ``withdraw``, ``start``, ``depart``, ``admit`` and ``explain``; it does no I/O and keeps no clock.
 
 ``ClaimQueue`` composes three parts, in the manner of Kueue's split of waiting, admitted and the loop:

@@ -168,8 +168,8 @@ class GateController:
 
     def _may_nudge(self, uid: str) -> bool:
         """Nudges of one pod back off exponentially (1, 2, 4 ... 60 s): an admitted pod that kube-scheduler
-        keeps rejecting (a node selector or taint the queue does not see) must not turn into an update
-        loop against the API server."""
+        keeps rejecting (for what the queue does not evaluate: inter-pod affinity, topology spread, a
+        label the watch has not shown yet) must not turn into an update loop against the API server."""
         now = time.time()
         with self._lock:
             count, last = self._nudged.get(uid, (0, 0.0))

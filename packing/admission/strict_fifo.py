@@ -1,7 +1,8 @@
 """``strict-fifo``: in queue order, stop at the first claim within its entitlement that does not fit.
 
 Guarantee: no claim is ever overtaken by one behind it in queue order (claims over their
-entitlement, or that no node could hold, block nobody). Capacity idles behind the head of the line
+entitlement, or that no node could hold, block nobody) -- also where they may use other nodes: a
+claim pinned to a full pool holds up the whole line. Capacity idles behind the head of the line
 (protocol B: every product waits as long as the head). Kueue's ``StrictFIFO``.
 
 Cost: as best effort, and the step ends at the first claim that does not fit.
