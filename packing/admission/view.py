@@ -2,10 +2,10 @@
 interface every strategy module implements.
 
 A strategy is ``step(view) -> admissions``: it walks the waiting order (``view.walk()``), asks the
-placement policy where a claim fits among the nodes its pod may use (``view.choose``), and admits (``view.admit``), which takes effect
-at once -- the ledger is assigned, the claim leaves the waiting order and enters the running book --
-so the rest of the step sees it. Everything a strategy keeps between steps (drain targets) lives in
-the strategy object; the view lives for one step.
+placement policy where a claim fits among the nodes its pod may use (``view.choose``), and admits
+(``view.admit``), which takes effect at once -- the ledger is assigned, the claim leaves the waiting
+order and enters the running book -- so the rest of the step sees it. Everything a strategy keeps
+between steps (drain targets) lives in the strategy object; the view lives for one step.
 """
 
 from __future__ import annotations
