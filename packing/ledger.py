@@ -75,12 +75,20 @@ class Node:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False  # cordoned: no new placement by the queue unless tolerated
     facts: NodeFacts = field(default_factory=NodeFacts)  # labels, taints, cordon as node_fit reads them
+    allowed: dict[object, bool] = field(default_factory=dict, repr=False, compare=False)  # constraints -> may_run
 
     def allows(self, request: Request) -> bool:
-        """May ``request``'s pod go here by its node constraints (``packing.node_fit``)?"""
-        if request.constraints is None:
+        """May ``request``'s pod go here by its node constraints (``packing.node_fit``)? Memoised per
+        constraints until the node's facts change."""
+        c = request.constraints
+        if c is None:
             return self.facts.open
-        return may_run(request.constraints, self.name, self.facts)
+        hit = self.allowed.get(c)
+        if hit is None:
+            if len(self.allowed) >= 256:
+                self.allowed.clear()  # shapes come and go: keep the memo small
+            hit = self.allowed[c] = may_run(c, self.name, self.facts)
+        return hit
 
     @property
     def free_gpu_milli(self) -> int:
@@ -225,6 +233,7 @@ class Ledger:
         node.taints = taints
         node.unschedulable = unschedulable
         node.facts = NodeFacts(tuple(sorted(labels.items())), taints, unschedulable)
+        node.allowed.clear()
 
     def _topology_changed(self) -> None:
         self.topology += 1
@@ -593,6 +602,8 @@ class Ledger:
         assert self._closed == sum(not n.facts.open for n in self.nodes.values()), "closed-node count drifted"
         for n in self.nodes.values():
             assert n.facts == NodeFacts(tuple(sorted(n.labels.items())), n.taints, n.unschedulable), f"{n.name}: facts"
+            for c, hit in n.allowed.items():
+                assert hit == may_run(c, n.name, n.facts), f"{n.name}: stale node-constraint memo"  # type: ignore[arg-type]
 
     def fingerprint(self) -> tuple[object, ...]:
         """A value equal for equal ledgers (free capacity, allocations, indexes)."""

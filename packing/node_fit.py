@@ -221,7 +221,9 @@ def may_run(c: NodeConstraints | None, name: str, facts: NodeFacts) -> bool:
     """May a pod with constraints ``c`` (None: none at all) go to node ``name`` with ``facts``?"""
     if c is None or c.empty:
         return facts.open
-    return labels_match(c, name, dict(facts.labels)) and taints_tolerated(c, facts.taints, facts.unschedulable)
+    if (c.node_selector or c.affinity is not None) and not labels_match(c, name, dict(facts.labels)):
+        return False
+    return taints_tolerated(c, facts.taints, facts.unschedulable)
 
 
 def why_not(c: NodeConstraints | None, name: str, facts: NodeFacts) -> str | None:
