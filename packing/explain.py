@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, Protocol
 
 from packing.claims import WaitingClaim
 from packing.ledger import Gpu, Ledger
-from packing.node_fit import why_not
+from packing.node_fit import NodeConstraints, why_not
 from packing.products import Request
 
 QUOTA_EXCEEDED = "QuotaExceeded"
@@ -218,7 +218,8 @@ def capacity_message(ledger: Ledger, r: Request) -> str:
 
 def _why_scope(r: Request) -> str:
     """What limits the nodes a claim may use: its constraints, else the cordons and taints."""
-    return r.constraints.describe() if r.constraints is not None else "the others are cordoned or tainted"
+    said = r.constraints.describe() if r.constraints is not None else ""
+    return said if said and said != NodeConstraints().describe() else "the others are cordoned or tainted"
 
 
 def unsatisfiable_message(r: Request, ledger: Ledger | None = None) -> str:

@@ -47,6 +47,8 @@ NO_SCHEDULE, NO_EXECUTE, PREFER_NO_SCHEDULE = "NoSchedule", "NoExecute", "Prefer
 FILTERED_EFFECTS = (NO_SCHEDULE, NO_EXECUTE)  # the effects the scheduler's filter enforces
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 NAME_FIELD = "metadata.name"
+# what the API server's DefaultTolerationSeconds plugin gives every pod (NoExecute, for 300 s)
+DEFAULT_TOLERATION_KEYS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 _INT64 = re.compile(r"[+-]?[0-9]+")  # what Go's strconv.ParseInt(s, 10, 64) accepts, before the range check
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
@@ -102,16 +104,18 @@ class NodeConstraints:
         return not self.node_selector and self.affinity is None and not self.tolerations
 
     def describe(self) -> str:
-        """A short human summary, for messages: 'node selector pool=a; affinity (1 term); 2 tolerations'."""
+        """A short human summary, for messages: 'node selector pool=a; required node affinity (1 term);
+        tolerates gpu'. The tolerations every pod gets (``DEFAULT_TOLERATION_KEYS``) go unsaid."""
         parts = []
         if self.node_selector:
             parts.append("node selector " + ",".join(f"{k}={v}" for k, v in self.node_selector))
         if self.affinity is not None:
             n = len(self.affinity)
             parts.append(f"required node affinity ({n} term{'s' if n != 1 else ''})")
-        if self.tolerations:
-            n = len(self.tolerations)
-            parts.append(f"{n} toleration{'s' if n != 1 else ''}")
+        told = sorted({t.key or "every taint" for t in self.tolerations
+                       if not (t.key in DEFAULT_TOLERATION_KEYS and t.effect == NO_EXECUTE)})
+        if told:
+            parts.append("tolerates " + ", ".join(told))
         return "; ".join(parts) or "no node constraints"
 
 

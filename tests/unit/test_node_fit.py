@@ -142,4 +142,8 @@ def test_why_not_names_the_rule() -> None:
     assert why_not(None, "n1", NodeFacts(taints=(Taint("gpu", "yes", NO_SCHEDULE),))) == "taint gpu=yes:NoSchedule"
     assert why_not(None, "n1", NodeFacts(unschedulable=True)) == "cordoned"
     assert pinned.describe() == "node selector pool=b"
+    told = NodeConstraints(affinity=(Term(),), tolerations=(Toleration("gpu", "Exists"), Toleration("", "Exists"),
+                                                            Toleration("node.kubernetes.io/unreachable", "Exists",
+                                                                       "", NO_EXECUTE)))
+    assert told.describe() == "required node affinity (1 term); tolerates every taint, gpu"
     assert NodeConstraints().describe() == "no node constraints"

@@ -212,3 +212,13 @@ def test_best_effort_and_strict_see_the_same_eligible_nodes() -> None:
         q.arrive(claim("a2", pinned(W, ON_A), at=1))
         assert {a.claim: a.allocation.node for a in q.admit(2)} == {"a": "a0"}
         assert by_claim(q, 2)["a2"].reason == NO_CAPACITY
+
+
+def test_a_cordon_is_named_when_it_is_what_limits_the_nodes() -> None:
+    q = pools(a=1, b=1)
+    fill(q, q.ledger, [("f", W)])
+    q.ledger.set_facts("b0" if q.ledger.allocations["f"].node == "a0" else "a0", {}, unschedulable=True)
+    everyday = NodeConstraints(tolerations=(Toleration("node.kubernetes.io/not-ready", "Exists", "", "NoExecute"),))
+    q.arrive(claim("x", pinned(Q, everyday), at=1))
+    q.admit(2)
+    assert "it may use 1 of 2 nodes (the others are cordoned or tainted)" in by_claim(q, 2)["x"].message
