@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from packing.ledger import Allocation, Ledger, Node
+from packing.node_fit import Taint
 from packing.products import Catalog, Request, model_accepts
 from simulations.traces import NodeSpec
 
@@ -34,10 +35,18 @@ class TrackedLedger(Ledger):
 
     def add_node(self, name: str, gpus: Iterable[tuple[str, str, int]] = (), cpu_milli: int | None = None,
                  memory_mib: int | None = None, order: int | None = None,
-                 labels: dict[str, str] | None = None) -> Node:
-        node = super().add_node(name, gpus, cpu_milli, memory_mib, order, labels)
+                 labels: dict[str, str] | None = None, taints: tuple[Taint, ...] = (),
+                 unschedulable: bool = False) -> Node:
+        node = super().add_node(name, gpus, cpu_milli, memory_mib, order, labels, taints, unschedulable)
         self.changes.append(name)
         return node
+
+    def set_facts(self, name: str, labels: dict[str, str], taints: tuple[Taint, ...] = (),
+                  unschedulable: bool = False) -> bool:
+        changed = super().set_facts(name, labels, taints, unschedulable)
+        if changed:
+            self.changes.append(name)
+        return changed
 
     def remove_node(self, name: str) -> list[Allocation]:
         dropped = super().remove_node(name)
