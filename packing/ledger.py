@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from packing.node_fit import NodeFacts, Taint, may_run
+from packing.node_fit import NodeConstraints, NodeFacts, Taint, may_run
 from packing.products import MILLI_PER_GPU, Request
 from packing.record import AllocationRecord
 
@@ -72,10 +72,17 @@ class Node:
     free_cpu: int = 0
     free_mem: int = 0
     labels: dict[str, str] = field(default_factory=dict)
-    taints: tuple[Taint, ...] = ()
-    unschedulable: bool = False  # cordoned: no new placement by the queue unless tolerated
     facts: NodeFacts = field(default_factory=NodeFacts)  # labels, taints, cordon as node_fit reads them
-    allowed: dict[object, bool] = field(default_factory=dict, repr=False, compare=False)  # constraints -> may_run
+    allowed: dict[NodeConstraints, bool] = field(default_factory=dict, repr=False, compare=False)  # memo of may_run
+
+    @property
+    def taints(self) -> tuple[Taint, ...]:
+        return self.facts.taints
+
+    @property
+    def unschedulable(self) -> bool:
+        """Cordoned: the queue places nothing new here unless the pod tolerates it."""
+        return self.facts.unschedulable
 
     def allows(self, request: Request) -> bool:
         """May ``request``'s pod go here by its node constraints (``packing.node_fit``)? Memoised per
@@ -166,7 +173,7 @@ class Ledger:
         self._expiry: SortedList = SortedList()  # (expires_at, claim)
         self._next_order = 0
         self.topology = 0  # bumped when a node joins, leaves, or changes labels, taints or cordon
-        self._eligible: dict[object, frozenset[str] | None] = {}  # constraints -> nodes allowed, this topology
+        self._eligible: dict[NodeConstraints | None, frozenset[str] | None] = {}  # per topology: nodes allowed
         self._closed = 0  # nodes a request without constraints may not use (cordoned or tainted)
 
     # ---- inventory -------------------------------------------------------------------------
@@ -230,8 +237,6 @@ class Ledger:
     @staticmethod
     def _set_facts(node: Node, labels: dict[str, str], taints: tuple[Taint, ...], unschedulable: bool) -> None:
         node.labels = labels
-        node.taints = taints
-        node.unschedulable = unschedulable
         node.facts = NodeFacts(tuple(sorted(labels.items())), taints, unschedulable)
         node.allowed.clear()
 
@@ -601,9 +606,9 @@ class Ledger:
         assert reserved == list(self._expiry), "expiry index drifted"
         assert self._closed == sum(not n.facts.open for n in self.nodes.values()), "closed-node count drifted"
         for n in self.nodes.values():
-            assert n.facts == NodeFacts(tuple(sorted(n.labels.items())), n.taints, n.unschedulable), f"{n.name}: facts"
+            assert n.facts.labels == tuple(sorted(n.labels.items())), f"{n.name}: labels drifted from its facts"
             for c, hit in n.allowed.items():
-                assert hit == may_run(c, n.name, n.facts), f"{n.name}: stale node-constraint memo"  # type: ignore[arg-type]
+                assert hit == may_run(c, n.name, n.facts), f"{n.name}: stale node-constraint memo"
 
     def fingerprint(self) -> tuple[object, ...]:
         """A value equal for equal ledgers (free capacity, allocations, indexes)."""

@@ -457,8 +457,8 @@ class _DrainLens:
         if r not in self._outside:
             ledger = self.view.ledger
             self._outside[r] = any(
-                n.allows(r) and ledger.host_fits(n, r) and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r)
-                                                              if g.uuid not in self.held) >= r.count)
+                n.allows(r) and ledger.host_fits(n, r)
+                and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r) if g.uuid not in self.held) >= r.count)
                 for n in ledger.nodes.values())
         return self._outside[r]
 
