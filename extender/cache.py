@@ -139,12 +139,12 @@ class ClaimCache:
         """Make ``name``'s labels, taints and cordon what its Node object says; True when they changed."""
         node = self.ledger.nodes[name]
         old = node.facts
-        if not self.ledger.set_facts(name, dict(facts.labels), facts.taints, facts.unschedulable):
+        if not self.ledger.set_facts(name, dict(facts.labels), facts.taints, facts.unschedulable, facts.known):
             return False
         self.touch(name)
 
         def back() -> None:
-            self.ledger.set_facts(name, dict(old.labels), old.taints, old.unschedulable)
+            self.ledger.set_facts(name, dict(old.labels), old.taints, old.unschedulable, old.known)
             self.touch(name)
 
         self._undo(back)
@@ -161,7 +161,7 @@ class ClaimCache:
 
         def restore() -> None:
             self.ledger.add_node(name, [c[:3] for c in cards], order=order, labels=dict(facts.labels),
-                                 taints=facts.taints, unschedulable=facts.unschedulable)
+                                 taints=facts.taints, unschedulable=facts.unschedulable, known=facts.known)
             for uuid, *_, withdrawn in cards:
                 self.ledger.withdraw(uuid, withdrawn)
             for a in dropped:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -67,6 +67,9 @@ class Card:
         return (self.uuid, self.model, self.memory_mib)
 
 
+UNKNOWN_FACTS = NodeFacts(known=False)  # a node seeded by name (``--nodes``): kube-scheduler knows its labels
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
     """A node's cards, in the order of their index, who enforces slices there, and its labels, taints
@@ -74,7 +77,7 @@ class NodeInventory:
 
     cards: tuple[Card, ...]
     enforcement: Enforcement
-    facts: NodeFacts = field(default_factory=NodeFacts)
+    facts: NodeFacts = UNKNOWN_FACTS  # read from the Node object when there is one (inventory_of_node)
 
 
 def _card_memory(catalog: Catalog, model: str, reported: int) -> int:

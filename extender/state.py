@@ -248,7 +248,9 @@ class ExtenderState:
         """Make ``name``'s GPUs (and labels, taints, cordon) what its Node object says, as far as its
         slices allow (``SyncOutcome``)."""
         with self.cache.lock:
-            return self.inventory.sync(name, NodeInventory(tuple(cards), enforcement, facts or NodeFacts())).value
+            inventory = NodeInventory(tuple(cards), enforcement) if facts is None else \
+                NodeInventory(tuple(cards), enforcement, facts)
+            return self.inventory.sync(name, inventory).value
 
     def bad_inventory(self, name: str, why: str) -> None:
         """Remember why ``name``'s GPUs could not be read (filter shows it as the node's reason)."""

@@ -188,9 +188,11 @@ class Ledger:
         labels: dict[str, str] | None = None,
         taints: tuple[Taint, ...] = (),
         unschedulable: bool = False,
+        known: bool = True,
     ) -> Node:
         """Add a node with ``gpus`` as (uuid, model, memory MiB); each card is 1000 milli; ``labels``,
-        ``taints`` and ``unschedulable`` as its Node object says (``set_facts`` changes them)."""
+        ``taints`` and ``unschedulable`` as its Node object says (``set_facts`` changes them); ``known``
+        False when nobody said (every pod may go there, as far as the queue knows)."""
         if not name:
             raise LedgerError("a node needs a name")
         if name in self.nodes:
@@ -208,7 +210,7 @@ class Ledger:
             order = self._next_order
         self._next_order = max(self._next_order, order + 1)
         node = Node(name, order, [], cpu_milli, memory_mib, cpu_milli or 0, memory_mib or 0)
-        self._set_facts(node, dict(labels or {}), tuple(taints), bool(unschedulable))
+        self._set_facts(node, dict(labels or {}), tuple(taints), bool(unschedulable), known)
         for i, (uuid, model, mib) in enumerate(cards):
             node.gpus.append(Gpu(uuid, name, i, model, MILLI_PER_GPU, mib, MILLI_PER_GPU, mib))
         self.nodes[name] = node
@@ -220,14 +222,14 @@ class Ledger:
         return node
 
     def set_facts(self, name: str, labels: dict[str, str], taints: tuple[Taint, ...] = (),
-                  unschedulable: bool = False) -> bool:
+                  unschedulable: bool = False, known: bool = True) -> bool:
         """Make ``name``'s labels, taints and cordon these; True when something changed. What it holds
         stays: constraints decide new placements only."""
         node = self._node(name)
         if not all(isinstance(t, Taint) for t in taints):
             raise LedgerError(f"node {name}: taints must be packing.node_fit.Taint")
         old = node.facts
-        self._set_facts(node, dict(labels), tuple(taints), bool(unschedulable))
+        self._set_facts(node, dict(labels), tuple(taints), bool(unschedulable), known)
         if node.facts == old:
             return False
         self._closed += int(not node.facts.open) - int(not old.open)
@@ -235,9 +237,10 @@ class Ledger:
         return True
 
     @staticmethod
-    def _set_facts(node: Node, labels: dict[str, str], taints: tuple[Taint, ...], unschedulable: bool) -> None:
+    def _set_facts(node: Node, labels: dict[str, str], taints: tuple[Taint, ...], unschedulable: bool,
+                   known: bool) -> None:
         node.labels = labels
-        node.facts = NodeFacts(tuple(sorted(labels.items())), taints, unschedulable)
+        node.facts = NodeFacts(tuple(sorted(labels.items())), taints, unschedulable, known)
         node.allowed.clear()
 
     def _topology_changed(self) -> None:

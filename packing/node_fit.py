@@ -121,16 +121,20 @@ class NodeConstraints:
 
 @dataclass(frozen=True, slots=True)
 class NodeFacts:
-    """What the scheduler's filters read of a node: its labels, taints and ``spec.unschedulable``."""
+    """What the scheduler's filters read of a node: its labels, taints and ``spec.unschedulable``.
+    ``known`` False: nobody told us (a node seeded without its Node object): every pod may go there,
+    as far as we know -- kube-scheduler, which reads the Node object, decides."""
 
     labels: tuple[tuple[str, str], ...] = ()
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
+    known: bool = True
 
     @property
     def open(self) -> bool:
         """Does a pod without constraints fit here: schedulable, no NoSchedule/NoExecute taint?"""
-        return not self.unschedulable and not any(t.effect in FILTERED_EFFECTS for t in self.taints)
+        return not self.known or (not self.unschedulable and not any(t.effect in FILTERED_EFFECTS
+                                                                     for t in self.taints))
 
 
 def parse_int64(text: str) -> int | None:
@@ -223,7 +227,7 @@ def taints_tolerated(c: NodeConstraints, taints: tuple[Taint, ...], unschedulabl
 
 def may_run(c: NodeConstraints | None, name: str, facts: NodeFacts) -> bool:
     """May a pod with constraints ``c`` (None: none at all) go to node ``name`` with ``facts``?"""
-    if c is None or c.empty:
+    if c is None or c.empty or not facts.known:
         return facts.open
     if (c.node_selector or c.affinity is not None) and not labels_match(c, name, dict(facts.labels)):
         return False
@@ -233,6 +237,8 @@ def may_run(c: NodeConstraints | None, name: str, facts: NodeFacts) -> bool:
 def why_not(c: NodeConstraints | None, name: str, facts: NodeFacts) -> str | None:
     """Which rule keeps the pod off the node ('cordoned', 'taint k=v:NoSchedule', 'labels'); None: it may go."""
     c = c or NodeConstraints()
+    if not facts.known:
+        return None
     if not labels_match(c, name, dict(facts.labels)):
         return "labels"
     for taint in facts.taints:

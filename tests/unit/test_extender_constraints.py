@@ -157,3 +157,14 @@ def test_a_cordon_seen_by_the_watch_reaches_the_ledger_and_kicks_the_gate() -> N
     sync._on_node("MODIFIED", pool_node("a1", "a"))
     assert [a.allocation.node for a in state.admit(1.8e9 + 1)] == ["a1"]
     state.ledger.verify()
+
+
+def test_nodes_seeded_by_name_take_pinned_pods_and_the_watch_describes_nodes() -> None:
+    from extender.inventory import UNKNOWN_FACTS, Card
+
+    api, state, sync, _ = setup()
+    state.sync_node("seeded", [Card("s/gpu-0", V100, 32768)])  # no Node object: its labels unknown
+    assert state.ledger.nodes["seeded"].facts == UNKNOWN_FACTS
+    api.nodes["a1"] = pool_node("a1", "a")
+    sync.rebuild()
+    assert state.ledger.nodes["a1"].facts.known and dict(state.ledger.nodes["a1"].facts.labels)["pool"] == "a"

@@ -118,6 +118,9 @@ ROWS: list[tuple[str, NodeConstraints | None, NodeFacts, bool]] = [
     ("cordoned node, NoExecute toleration is not enough",
      NodeConstraints(tolerations=(Toleration("node.kubernetes.io/unschedulable", "Exists", "", NO_EXECUTE),)),
      NodeFacts(unschedulable=True), False),
+    ("a node nobody described takes any pod", NodeConstraints(node_selector=(("pool", "z"),)),
+     NodeFacts(known=False), True),
+    ("a node nobody described takes a pod without constraints", None, NodeFacts(known=False), True),
     ("a selector match does not pass a cordon", NodeConstraints(node_selector=(("pool", "a"),)),
      NodeFacts(labels=(("pool", "a"),), unschedulable=True), False),
 ]

@@ -222,3 +222,18 @@ def test_a_cordon_is_named_when_it_is_what_limits_the_nodes() -> None:
     q.arrive(claim("x", pinned(Q, everyday), at=1))
     q.admit(2)
     assert "it may use 1 of 2 nodes (the others are cordoned or tainted)" in by_claim(q, 2)["x"].message
+
+
+def test_a_node_nobody_described_takes_any_pod() -> None:
+    from packing.ledger import Ledger
+
+    ledger = Ledger()
+    ledger.add_node("seeded", [("s-g0", V100, 32768)], known=False)  # kube-scheduler knows its labels; we do not
+    q = ClaimQueue(ledger)
+    q.arrive(claim("x", pinned(Q, ON_A), at=0))
+    assert [a.allocation.node for a in q.admit(1)] == ["seeded"]
+    assert ledger.eligible(pinned(Q, ON_A)) is None
+    ledger.set_facts("seeded", {"pool": "b"})  # now described: pool b only
+    q.arrive(claim("y", pinned(Q, ON_A), at=2))
+    assert q.admit(3) == [] and by_claim(q, 3)["y"].reason == UNSATISFIABLE
+    checked(q)
