@@ -36,14 +36,14 @@ class TrackedLedger(Ledger):
     def add_node(self, name: str, gpus: Iterable[tuple[str, str, int]] = (), cpu_milli: int | None = None,
                  memory_mib: int | None = None, order: int | None = None,
                  labels: dict[str, str] | None = None, taints: tuple[Taint, ...] = (),
-                 unschedulable: bool = False) -> Node:
-        node = super().add_node(name, gpus, cpu_milli, memory_mib, order, labels, taints, unschedulable)
+                 unschedulable: bool = False, known: bool = True) -> Node:
+        node = super().add_node(name, gpus, cpu_milli, memory_mib, order, labels, taints, unschedulable, known)
         self.changes.append(name)
         return node
 
     def set_facts(self, name: str, labels: dict[str, str], taints: tuple[Taint, ...] = (),
-                  unschedulable: bool = False) -> bool:
-        changed = super().set_facts(name, labels, taints, unschedulable)
+                  unschedulable: bool = False, known: bool = True) -> bool:
+        changed = super().set_facts(name, labels, taints, unschedulable, known)
         if changed:
             self.changes.append(name)
         return changed
