@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT = "In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"
 OPERATORS = (IN, NOT_IN, EXISTS, DOES_NOT_EXIST, GT, LT)
@@ -97,6 +97,13 @@ class NodeConstraints:
     node_selector: tuple[tuple[str, str], ...] = ()
     affinity: tuple[Term, ...] | None = None
     tolerations: tuple[Toleration, ...] = ()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.node_selector, self.affinity, self.tolerations)))
+
+    def __hash__(self) -> int:  # computed once: requests carrying it are dict keys all over the queue
+        return self._hash
 
     @property
     def empty(self) -> bool:
