@@ -4,7 +4,7 @@ Scenarios: best-fit packing through filter/prioritize/bind; explained Pending an
 freed slice going to the head of the line within seconds; entitlements; a SIGKILL in the middle
 of a burst of 200 pods; a pod deleted while the extender is down; a DRA pod placed like an
 extended-resource one; a pod pinned to a full node pool waiting while an unpinned one behind it
-goes ahead. Timings worth reporting are printed (``-s`` shows them) and written to
+goes ahead; a cordoned node taking no new reservation. Timings worth reporting are printed (``-s`` shows them) and written to
 ``$GPUSLICE_E2E_TIMINGS`` when set.
 """
 
@@ -474,3 +474,31 @@ def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ah
     h.delete_now(kube, ns, "fill-0")
     assert h.node_of(h.wait_bound(kube, ns, "pinned", timeout=30)) == a
     note("pinned_pool", {"unpinned_bound_behind_pinned_s": round(took, 3), "pinned_reason": "NoCapacity"})
+
+
+def test_a_cordoned_node_takes_no_new_reservation_until_it_is_uncordoned(
+    gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
+) -> None:
+    from extender.cluster.kube import MERGE_PATCH
+
+    (node,) = add_nodes(gs, nodes, 1, 1, "cordon")
+
+    def cordon(flag: bool) -> None:
+        kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": flag}}, content_type=MERGE_PATCH)
+        h.poll(lambda: {n["name"] for n in gs.extender.state()["nodes"]} >= {node}, 10, "the node in the ledger")
+
+    cordon(True)
+    time.sleep(1.0)  # the node watch carries the cordon to the ledger
+    h.create_pod(kube, ns, h.slice_pod("after-cordon", "v100-50"))
+
+    def waits() -> dict[str, Any] | None:
+        pod = kube.get_pod(ns, "after-cordon")
+        assert pod is not None and not h.node_of(pod), "a pod was bound on a cordoned node"
+        cond = h.queued(pod)
+        return cond if cond is not None and cond["status"] == "True" else None
+
+    cond = h.poll(waits, 30, "the pod to wait while the only GPU node is cordoned")
+    if {n["name"] for n in gs.extender.state()["nodes"]} == {node}:
+        assert cond["reason"] == "Unsatisfiable" and "1 are cordoned" in cond["message"], cond
+    cordon(False)
+    assert h.node_of(h.wait_bound(kube, ns, "after-cordon", timeout=30)) == node
