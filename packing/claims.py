@@ -37,7 +37,8 @@ class UnknownClaimError(QueueError, KeyError):
 @dataclass(frozen=True, slots=True)
 class WaitingClaim:
     """A claim asking for a slice. Keywords after ``request``: ``arrived_at`` (required), ``priority``
-    (higher goes first) and ``time_limit`` (declared, enforced maximum runtime in seconds)."""
+    (higher goes first) and ``time_limit`` (declared, enforced maximum runtime in seconds). Where its
+    pod may go travels with what it asks for: ``request.constraints`` (``packing.node_fit``)."""
 
     claim: str
     namespace: str
