@@ -4,8 +4,8 @@ Scenarios: best-fit packing through filter/prioritize/bind; explained Pending an
 freed slice going to the head of the line within seconds; entitlements; a SIGKILL in the middle
 of a burst of 200 pods; a pod deleted while the extender is down; a DRA pod placed like an
 extended-resource one; a pod pinned to a full node pool waiting while an unpinned one behind it
-goes ahead; a cordoned node taking no new reservation. Timings worth reporting are printed (``-s`` shows them) and written to
-``$GPUSLICE_E2E_TIMINGS`` when set.
+goes ahead; a cordoned node taking no new reservation. Timings worth reporting are printed (``-s``
+shows them) and written to ``$GPUSLICE_E2E_TIMINGS`` when set.
 """
 
 from __future__ import annotations
