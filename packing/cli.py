@@ -7,6 +7,7 @@ so ``packing`` never imports the extender, the agent or the simulator.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -14,6 +15,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("packing.demo:main", "pack a sample workload with every placement policy (no cluster)"),
     "serve": ("extender.cli:main", "run the kube-scheduler extender (--standalone: no cluster needed)"),
     "status": ("extender.cli:status_main", "print a running extender's ledger and queue"),
+    "queue": ("extender.queue_view:main", "list the pods waiting for a slice: position, product, reason, waited"),
     "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
     "gates": ("extender.gates:main", "list (or --lift) the pods still held by gpuslice's scheduling gate"),
     "agent": ("enforcement.cli:main", "run the node agent (--simulate: against a simulated GPU)"),
@@ -49,7 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ModuleNotFoundError as e:
         print(f"gpuslice {name}: not available in this build ({e})", file=sys.stderr)
         return 2
-    return fn(rest)
+    try:
+        return fn(rest)
+    except BrokenPipeError:  # the reader left (`| head`): stop quietly, as cat and kubectl do
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return 141  # 128 + SIGPIPE, the shell's status for it
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import copy
+import json
 import os
 import subprocess
 import sys
@@ -338,3 +339,56 @@ def test_gpuslice_gates_lists_and_lifts_the_queue_gate(gs: h.Gpuslice, ns: str) 
     assert not h.is_gated(kube.get_pod(ns, "waits") or {})
     empty = run_cli(admin, "gates", "-n", ns)
     assert "no pod carries the gpuslice.io/queue gate" in empty.stdout
+
+
+def test_gpuslice_queue_lists_the_waiting_pods_in_line_order(gs: h.Gpuslice, ns: str) -> None:
+    """`gpuslice queue` reads the waiting pods' gpuslice.io/Queued conditions from the API, as the README's
+    runbook has an operator run it: a table as kubectl prints one, -A with the namespace, -o json."""
+    kube, admin = gs.kube, gs.cp.kubeconfig
+    node = "deploy-queue-0"
+    h.gpu_node(kube, gs.cp.api_client(), node, 1)
+    try:
+        h.create_pod(kube, ns, h.slice_pod("whole", "v100-100"))
+        h.wait_bound(kube, ns, "whole")
+        for name, product in (("quarter", "v100-25"), ("second", "v100-100")):
+            h.create_pod(kube, ns, h.slice_pod(name, product))
+            time.sleep(1.05)  # creation timestamps have second resolution: the line order is unambiguous
+
+        def explained() -> bool:
+            conditions = [h.queued(kube.get_pod(ns, n) or {}) for n in ("quarter", "second")]
+            return all(c is not None and c["reason"] == "NoCapacity" for c in conditions)
+
+        h.poll(explained, 30, "both waiting pods explained")
+        listed = run_cli(admin, "queue", "-n", ns)
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = listed.stdout.splitlines()
+        assert header.split() == ["NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "MESSAGE"]
+        assert [r.split()[:4] for r in rows] == [["quarter", "1", "v100-25", "NoCapacity"],
+                                                 ["second", "2", "v100-100", "NoCapacity"]], listed.stdout
+        assert "250-milli slice" in rows[0] and "position" not in rows[0]  # the message, its prefix in POSITION
+        everywhere = run_cli(admin, "queue", "-A")
+        assert everywhere.returncode == 0, everywhere.stderr
+        assert everywhere.stdout.splitlines()[0].split()[0] == "NAMESPACE"
+        assert [ns, "quarter", "1"] in [r.split()[:3] for r in everywhere.stdout.splitlines()[1:]]
+        as_json = run_cli(admin, "queue", "-n", ns, "-o", "json")
+        assert as_json.returncode == 0, as_json.stderr
+        items = json.loads(as_json.stdout)["items"]
+        assert [(i["name"], i["position"], i["product"], i["reason"], i["status"]) for i in items] == [
+            ("quarter", 1, "v100-25", "NoCapacity", "gated"), ("second", 2, "v100-100", "NoCapacity", "gated")]
+        assert all(i["waitedSeconds"] >= 1 for i in items)
+        h.delete_now(kube, ns, "whole")  # the quarter takes the card and leaves the line: the second moves up
+        h.wait_bound(kube, ns, "quarter")
+
+        def moved_up() -> list[str] | None:
+            out = run_cli(admin, "queue", "-n", ns, "--no-headers")
+            rows = [r.split()[:4] for r in out.stdout.splitlines()]
+            return rows if rows == [["second", "1", "v100-100", "NoCapacity"]] else None
+
+        h.poll(moved_up, 40, "the second pod first in line", interval=1.0)
+        h.delete_now(kube, ns, "second")
+        empty = run_cli(admin, "queue", "-n", ns)
+        assert empty.returncode == 0 and empty.stdout == "" and f"No pods wait for a slice in namespace {ns}." \
+            in empty.stderr, empty.stdout + empty.stderr
+    finally:
+        h.clear_namespace(kube, ns)
+        h.delete_nodes(kube, [node])
