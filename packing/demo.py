@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 
 from packing.ledger import Ledger, NoFit
 from packing.mix_estimator import catalog_prior
 from packing.policies import POLICIES, place, policy_for
-from packing.products import load_catalog
+from packing.products import Catalog, CatalogError, load_catalog
 
 SAMPLE = ["v100-25", "v100-50", "v100-25", "v100-100", "v100-25", "v100-50", "v100-25", "v100-100",
           "v100-50", "v100-25", "v100-100", "v100-50"]
 
 
-def run(policy: str, nodes: int, gpus: int, catalog_path: str | None) -> str:
-    catalog = load_catalog(catalog_path)
+def run(policy: str, nodes: int, gpus: int, catalog: Catalog) -> str:
     ledger = Ledger()
     for n in range(nodes):
         ledger.add_node(f"node-{n}", [(f"GPU-{n}-{i}", "Tesla-V100-SXM2-32GB", 32768) for i in range(gpus)])
@@ -36,12 +36,37 @@ def run(policy: str, nodes: int, gpus: int, catalog_path: str | None) -> str:
     return "\n".join(lines)
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {text!r}")
+    return value
+
+
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(prog="gpuslice demo", description=__doc__)
-    ap.add_argument("--nodes", type=int, default=2)
-    ap.add_argument("--gpus", type=int, default=4)
-    ap.add_argument("--catalog", default=None, help="catalog TOML (default: the built-in V100 catalog)")
+    ap = argparse.ArgumentParser(
+        prog="gpuslice demo",
+        description=f"Pack a sample workload of {len(SAMPLE)} pods ({', '.join(sorted(set(SAMPLE)))}) onto "
+                    "V100 32 GB cards with each placement policy, and show where each pod went and how full "
+                    "each card is (one # per quarter of it in use). No cluster, no server.")
+    ap.add_argument("--nodes", type=_count, default=2, metavar="N", help="nodes in the demo cluster (default 2)")
+    ap.add_argument("--gpus", type=_count, default=4, metavar="N", help="V100 32 GB cards per node (default 4)")
+    ap.add_argument("--catalog", default=None, metavar="TOML",
+                    help="product catalog (default: the built-in V100 catalog); it must offer the sample's products")
     args = ap.parse_args(list(argv))
+    try:
+        catalog = load_catalog(args.catalog)
+    except CatalogError as e:
+        print(f"gpuslice demo: {e}", file=sys.stderr)
+        return 2
+    missing = sorted(set(SAMPLE) - {p.name for p in catalog.products})
+    if missing:
+        print(f"gpuslice demo: the sample workload asks for {', '.join(missing)}, which {catalog.source} does not "
+              f"offer (it offers {', '.join(p.name for p in catalog.products)})", file=sys.stderr)
+        return 2
     for name in POLICIES:
-        print(run(name, args.nodes, args.gpus, args.catalog))
+        print(run(name, args.nodes, args.gpus, catalog))
     return 0

@@ -8,6 +8,7 @@ a guarantee lost as soon as a 1/3 or 3/8 slice joins the mix.
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import os
 import tomllib
@@ -229,8 +230,23 @@ def _str_field(entry: Mapping[str, Any], key: str, where: str) -> str:
     return value
 
 
+_CATALOG_KEYS = ("resource_prefix", "models", "products")
+_MODEL_KEYS = ("name", "memory_mib")
+_PRODUCT_KEYS = ("name", "model", "milli", "memory_mib")
+
+
+def _known_keys(entry: Mapping[str, Any], known: tuple[str, ...], where: str) -> None:
+    """CatalogError naming the first key ``entry`` has that the catalog does not define (a typo never passes)."""
+    for key in entry:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), known, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise CatalogError(f"{where}: unknown key {key!r} ({hint}known: {', '.join(known)})")
+
+
 def parse_catalog(data: Mapping[str, Any], source: str = "<memory>") -> Catalog:
     """Validate a decoded catalog document; CatalogError with the offending entry otherwise."""
+    _known_keys(data, _CATALOG_KEYS, source)
     prefix = data.get("resource_prefix", "gpuslice.io")
     if not isinstance(prefix, str) or not prefix or "/" in prefix:
         raise CatalogError(f"{source}: resource_prefix must be a DNS-like domain, got {prefix!r}")
@@ -243,6 +259,7 @@ def parse_catalog(data: Mapping[str, Any], source: str = "<memory>") -> Catalog:
         where = f"{source}: models[{i}]"
         if not isinstance(entry, Mapping):
             raise CatalogError(f"{where}: must be a table")
+        _known_keys(entry, _MODEL_KEYS, where)
         models.append(GpuModel(_str_field(entry, "name", where), _int_field(entry, "memory_mib", where)))
     model_mem = {m.pattern: m.memory_mib for m in models}
     products: list[Product] = []
@@ -251,8 +268,10 @@ def parse_catalog(data: Mapping[str, Any], source: str = "<memory>") -> Catalog:
         where = f"{source}: products[{i}]"
         if not isinstance(entry, Mapping):
             raise CatalogError(f"{where}: must be a table")
+        if isinstance(entry.get("name"), str) and entry["name"]:
+            where = f"{source}: product {entry['name']!r}"
+        _known_keys(entry, _PRODUCT_KEYS, where)
         name = _str_field(entry, "name", where)
-        where = f"{source}: product {name!r}"
         model = _str_field(entry, "model", where)
         milli = _int_field(entry, "milli", where)
         mib = _int_field(entry, "memory_mib", where)

@@ -174,6 +174,17 @@ BAD_CATALOGS: list[tuple[str, str, str]] = [
      "resource_prefix must be a DNS-like domain"),
     ("model-not-table", 'models = [1]\n[[products]]\nname = "x"\n', "models[0]: must be a table"),
     ("bad-toml", "[[products]\nname = ", "not valid TOML"),
+    ("product-key-typo", catalog_toml([], V100_MODEL) + '[[products]]\nname = "x"\nmodel = "m"\nmili = 250\n',
+     "product 'x': unknown key 'mili' (did you mean 'milli'? known: name, model, milli, memory_mib)"),
+    ("product-extra-key", catalog_toml([("v100-25", V100, 250, 8192)], V100_MODEL).replace(
+        "memory_mib = 8192", 'memory_mib = 8192\ncolour = "red"'),
+     "product 'v100-25': unknown key 'colour' (known: name, model, milli, memory_mib)"),
+    ("product-name-typo", catalog_toml([], V100_MODEL) + '[[products]]\nnmae = "x"\n',
+     "products[0]: unknown key 'nmae' (did you mean 'name'?"),
+    ("model-key-typo", catalog_toml([("v100-25", V100, 250, 8192)], V100_MODEL).replace(
+        "memory_mib = 32768", "memory_mb = 32768"), "models[0]: unknown key 'memory_mb' (did you mean 'memory_mib'?"),
+    ("top-level-typo", 'resource_prefx = "x.io"\n' + catalog_toml([("v100-25", V100, 250, 8192)], V100_MODEL),
+     "unknown key 'resource_prefx' (did you mean 'resource_prefix'? known: resource_prefix, models, products)"),
 ]
 
 
