@@ -82,8 +82,11 @@ def parser() -> argparse.ArgumentParser:
     sim.add_argument("--report-every", type=_positive, default=5.0, help="simulated seconds between tables (5)")
     node = p.add_argument_group("node")
     node.add_argument("--node-name", default=_env("node-name", os.environ.get("NODE_NAME")), help="this node's name")
-    node.add_argument("--cgroup-root", type=Path, default=Path(_env("cgroup-root", "/sys/fs/cgroup") or ""))
-    node.add_argument("--proc-root", type=Path, default=Path(_env("proc-root", "/proc") or ""))
+    node.add_argument("--cgroup-root", type=Path, default=Path(_env("cgroup-root", "/sys/fs/cgroup") or ""),
+                      metavar="DIR", help="the host's cgroup mount, where containers are frozen "
+                                          "(default /sys/fs/cgroup)")
+    node.add_argument("--proc-root", type=Path, default=Path(_env("proc-root", "/proc") or ""), metavar="DIR",
+                      help="the host's /proc, to map GPU processes to their containers (default /proc)")
     node.add_argument(
         "--runtime-dir",
         type=Path,
@@ -95,11 +98,19 @@ def parser() -> argparse.ArgumentParser:
     )
     node.add_argument("--kubeconfig", default=_env("kubeconfig"), help="kubeconfig file (default: in-cluster config)")
     ctl = p.add_argument_group("control")
-    ctl.add_argument("--memory-period", type=_positive, default=float(_env("memory-period", "0.2") or 0.2))
-    ctl.add_argument("--slot", type=_positive, default=float(_env("slot", "0.1") or 0.1))
-    ctl.add_argument("--period", type=_positive, default=float(_env("period", "1.0") or 1.0))
-    ctl.add_argument("--max-freeze", type=_positive, default=float(_env("max-freeze", "0.3") or 0.3))
-    ctl.add_argument("--burst", type=_positive, default=float(_env("burst", "2.0") or 2.0))
+    ctl.add_argument("--memory-period", type=_positive, default=float(_env("memory-period", "0.2") or 0.2),
+                     metavar="SECONDS", help="seconds between checks of each slice's GPU memory against its cap "
+                                             "(0.2 s)")
+    ctl.add_argument("--slot", type=_positive, default=float(_env("slot", "0.1") or 0.1), metavar="SECONDS",
+                     help="seconds per pacing decision: cgroups are frozen or thawed on slot boundaries (0.1 s)")
+    ctl.add_argument("--period", type=_positive, default=float(_env("period", "1.0") or 1.0), metavar="SECONDS",
+                     help="seconds per control period, over which every demanding slice runs (1 s; at least a slot)")
+    ctl.add_argument("--max-freeze", type=_positive, default=float(_env("max-freeze", "0.3") or 0.3),
+                     metavar="SECONDS", help="longest a slice is frozen at a time (0.3 s; at least a slot, under "
+                                             "a period and under --freeze-ceiling)")
+    ctl.add_argument("--burst", type=_positive, default=float(_env("burst", "2.0") or 2.0), metavar="GPU_SECONDS",
+                     help="credit a slice may bank and spend above its share, in GPU-seconds per whole card of "
+                          "entitlement (2: a 50 %% slice runs at most 1 GPU-second ahead of its share)")
     grace = _env("grace")
     ctl.add_argument(
         "--grace",
@@ -127,7 +138,8 @@ def parser() -> argparse.ArgumentParser:
         default=float(_env("stall", "2.0") or 2.0),
         help="/healthz fails once the loop has made no progress for this long (2 s)",
     )
-    p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="least severe log records printed (default INFO)")
     from enforcement.node import add_arguments
 
     add_arguments(p)

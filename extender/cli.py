@@ -38,20 +38,24 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--bind-threads", type=int, default=32,
                     help="threads of binds alone, which wait for the API server in a cluster (default 32)")
     ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
-    ap.add_argument("--filter-verb", default="filter")
-    ap.add_argument("--prioritize-verb", default="prioritize")
-    ap.add_argument("--bind-verb", default="bind")
+    for verb, key in (("filter", "filterVerb"), ("prioritize", "prioritizeVerb"), ("bind", "bindVerb")):
+        ap.add_argument(f"--{verb}-verb", default=verb, metavar="PATH",
+                        help=f"URL path of the {verb} call under --prefix: what kube-scheduler's "
+                             f"KubeSchedulerConfiguration names extenders[].{key} (default {verb})")
     ap.add_argument("--mode", choices=MODES, default="strict",
-                    help="strict: filter keeps only the policy's best nodes and reserves; cooperative: all fitting")
+                    help="strict (default): filter keeps only the policy's best nodes and reserves; "
+                         "cooperative: all fitting")
     ap.add_argument("--policy", choices=policy_names(), default=DEFAULT_POLICY,
                     help=f"placement policy (default {DEFAULT_POLICY}); the simulator offers the same set")
     ap.add_argument("--reservation-ttl", type=float, default=30.0, metavar="SECONDS",
                     help="how long a filter's reservation waits for its bind (default 30)")
-    ap.add_argument("--pod-cache", type=int, default=10_000, help="pods remembered between filter and bind")
+    ap.add_argument("--pod-cache", type=int, default=10_000, metavar="PODS",
+                    help="pods remembered between filter and bind (default 10000)")
     ap.add_argument("--refuse-resource", action="append", default=[], metavar="NAME",
                     help="refuse pods asking for this resource, e.g. nvidia.com/gpu (repeatable)")
     ap.add_argument("--max-body-mib", type=int, default=DEFAULT_MAX_BODY // (1024 * 1024),
-                    help="largest request body (413 beyond it, chunked bodies too)")
+                    help="largest request body in MiB (413 beyond it, chunked bodies too; default "
+                         f"{DEFAULT_MAX_BODY // (1024 * 1024)})")
     ap.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES,
                     help=f"most nodes one filter or prioritize may name (413 beyond; default {DEFAULT_MAX_NODES})")
     ap.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
@@ -65,8 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--waiting-ttl", type=float, default=600.0, metavar="SECONDS",
                     help="standalone: a waiting pod no filter asked about for this long leaves the queue (default 600)")
     ap.add_argument("--nodes", type=int, default=0, help="standalone: seed N nodes named node-<i>")
-    ap.add_argument("--gpus-per-node", type=int, default=8, help="standalone: cards per seeded node")
-    ap.add_argument("--gpu-model", default="Tesla-V100-SXM2-32GB", help="standalone: model label of seeded cards")
+    ap.add_argument("--gpus-per-node", type=int, default=8, help="standalone: cards per seeded node (default 8)")
+    ap.add_argument("--gpu-model", default="Tesla-V100-SXM2-32GB",
+                    help="standalone: model label of seeded cards (default Tesla-V100-SXM2-32GB)")
     ap.add_argument("--catalog", default="", help="product catalog TOML (default: the built-in V100 catalog)")
     ap.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM)")
     ap.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")

@@ -62,7 +62,11 @@ def _age(pod: Mapping[str, Any], now: float) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(prog="gpuslice gates", description=__doc__.split("\n\n")[0] if __doc__ else None)
+    ap = argparse.ArgumentParser(
+        prog="gpuslice gates",
+        description="List the pods that still carry gpuslice's scheduling gate (gpuslice.io/queue), or lift it "
+                    "(--lift): for an uninstall, once the webhook is gone (README.md, 'Uninstall'). A lifted pod "
+                    "is scheduled at once, outside the queue's order and entitlements.")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("-n", "--namespace", default=None, help="only this namespace")
     where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")

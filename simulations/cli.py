@@ -71,7 +71,7 @@ def simulate_main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuslice simulate",
         description="Replay a workload through the packing ledger, policies and queue the extender uses. "
-                    "Protocol A: FGD's benchmark (no departures, inflated to 130 %%). Protocol B: departures and "
+                    "Protocol A: FGD's benchmark (no departures, inflated to 130 %). Protocol B: departures and "
                     "the queue, waits per product. Without --pods/--trace: the built-in synthetic workload.",
         epilog="Exit status: 0 done, 2 bad usage or bad input (the message names the file and line).")
     ap.add_argument("--protocol", choices=("a", "b"),
