@@ -25,18 +25,21 @@ from simulations.options import (
     chosen_admissions,
     chosen_policies,
     chosen_ties,
+    dash_values,
     output_options,
     output_paths,
     parse_cap,
     parse_duration,
     parse_rho,
     parse_seeds,
+    parse_target,
     positive_int,
     protocol_a_options,
     queue_options,
     scheduler_options,
     workload_options,
 )
+from simulations.outputs import OutputError, check_outputs
 from simulations.progress import Progress
 from simulations.scheduler import SchedulerError, SchedulerModel
 from simulations.sizing import SizingError, lower_bound_cards, smallest_cards
@@ -49,7 +52,7 @@ __all__ = ["UsageError", "parse_cap", "parse_duration", "parse_rho", "parse_seed
 T = TypeVar("T")
 PLAN_JOBS = 5000  # per seed and card count: the search runs the workload a dozen times
 _ERRORS = (TraceError, CatalogError, ClusterError, EngineError, SchedulerError, SyntheticError, WorkloadError,
-           SizingError, protocol_b.ProtocolBError, ValueError)
+           SizingError, protocol_b.ProtocolBError, OutputError, ValueError, OSError)
 
 
 def _catalog(args: argparse.Namespace) -> Catalog:
@@ -93,10 +96,12 @@ def simulate_main(argv: Sequence[str]) -> int:
     protocol_a_options(ap)
     queue_options(ap)
     output_options(ap)
-    args = ap.parse_args(list(argv))
+    args = ap.parse_args(dash_values(argv))
 
     def run() -> int:
         inputs = load_inputs(args)
+        json_path, csv_path, plots_dir = output_paths(args)
+        check_outputs([(json_path, "the results"), (csv_path, "the results table")], [(plots_dir, "the plots")])
         protocol = args.protocol or ("a" if inputs.kind == "openb" else "b")
         if protocol == "b" and len(inputs.workloads) > 1:
             raise UsageError("protocol B reads one pod list; several are for protocol A's sweep")
@@ -165,6 +170,8 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
                                 track_host=args.host, progress=_stepper(bar, k, len(combos)))
         results[(policy, admission.label)] = {**result.pooled(), "per_seed_p99":
                                               {p: v.as_dict() for p, v in result.per_seed(99).items()}}
+        results[(policy, admission.label)]["mean_wait_by_arrival_fifth_s"] = \
+            metrics.mean_wait_by_arrival(result.simulations)
         done[(policy, admission.label)] = result
         sims[f"{policy}+{admission.label}"] = result.simulations
     bar.close()
@@ -317,8 +324,8 @@ def plan_main(argv: Sequence[str]) -> int:
         prog="gpuslice plan",
         description="Find the smallest number of cards whose wait percentile meets a target, by bisection "
                     "over protocol B runs of a fixed workload (built-in synthetic by default).")
-    ap.add_argument("--target", type=parse_duration, default=600.0, metavar="DUR",
-                    help="wait target (default 10m)")
+    ap.add_argument("--target", type=parse_target, default=600.0, metavar="DUR",
+                    help="wait target with its unit: 90s, 10m, 2h or 1d (default 10m; a bare number is refused)")
     ap.add_argument("--percentile", type=float, default=95.0, help="wait percentile to hold (default 95)")
     ap.add_argument("--product", default="all",
                     help="product the target applies to: a product name, 'all' jobs (default) or 'each' product")
@@ -331,7 +338,7 @@ def plan_main(argv: Sequence[str]) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the answer and the curve as JSON")
     ap.add_argument("--plot", metavar="PATH", help="write the curve as PNG")
     ap.add_argument("--progress", action="store_true", help="progress on stderr even when not a terminal")
-    args = ap.parse_args(list(argv))
+    args = ap.parse_args(dash_values(argv))
     return _guarded(ap, lambda: _plan(args))
 
 
@@ -339,6 +346,7 @@ def _plan(args: argparse.Namespace) -> int:
     if not 0 <= args.percentile <= 100:
         raise UsageError(f"--percentile must be within 0..100, got {args.percentile}")
     inputs = load_inputs(args)
+    check_outputs([(args.json, "the plan"), (args.plot, "the plot")], [])
     catalog = _catalog(args)
     rounding = args.rounding or "slices"
     seeds = args.seeds or protocol_b.DEFAULT_SEEDS
@@ -354,20 +362,26 @@ def _plan(args: argparse.Namespace) -> int:
     work = max(sum(r.total_milli * (j.duration or 0.0) for j, r in zip(jobs, reqs, strict=True))
                / max(1e-9, jobs[-1].arrival - jobs[0].arrival) for jobs, reqs, _ in workloads)
     low = lower_bound_cards(work, 1.0)
-    bar = _progress(args, "plan")
-    evaluated = [0]
+    if low > args.max_cards:
+        raise UsageError(f"the offered work needs at least {low} cards, above --max-cards {args.max_cards}: "
+                         "raise --max-cards, or lower --rho or --jobs")
+    step = ["plan"]
+
+    def announce(cards: int, k: int, at_most: int | None) -> None:
+        step[0] = f"plan: {cards} cards, run {k}" + (f" of at most {at_most}" if at_most else " (bracketing)")
 
     def wait_at(cards: int) -> float:
         sims = []
-        for (jobs, _, _), seed in zip(workloads, seeds, strict=True):
-            res = protocol_b.run(jobs, catalog, fixed, [seed], cards=cards, track_host=args.host)
+        bar = _progress(args, step[0])  # one line per card count: its seeds' simulations, as they run
+        for i, ((jobs, _, _), seed) in enumerate(zip(workloads, seeds, strict=True)):
+            res = protocol_b.run(jobs, catalog, fixed, [seed], cards=cards, track_host=args.host,
+                                 progress=_stepper(bar, i, len(seeds)))
             sims.extend(res.simulations)
-        evaluated[0] += 1
-        bar.update(evaluated[0], evaluated[0] + 1)
+        bar.close()
         return _plan_metric(sims, args.percentile, args.product)
 
-    sizing = smallest_cards(wait_at, args.target, low, args.max_cards, start=max(args.ref_cards, low + 1))
-    bar.close()
+    sizing = smallest_cards(wait_at, args.target, low, args.max_cards, start=max(args.ref_cards, low + 1),
+                            on_point=announce)
     label = f"p{args.percentile:g} ({args.product})"
     print(f"plan: {description}, {policy} + {admission}, ties {args.ties}, seeds {_seed_text(seeds)}; "
           f"offered work needs at least {low} cards")
@@ -381,7 +395,9 @@ def _plan(args: argparse.Namespace) -> int:
     if args.plot:
         from simulations import plots
 
-        plots.sizing_curve(sizing.curve(), args.target, sizing.cards, args.plot, f"sizing: {description}")
+        whose = {"all": "all jobs", "each": "the worst product"}.get(args.product, f"{args.product} jobs")
+        plots.sizing_curve(sizing.curve(), args.target, sizing.cards, args.plot, f"sizing: {description}",
+                           f"p{args.percentile:g} wait of {whose}")
     return 0 if sizing.cards is not None else 1
 
 

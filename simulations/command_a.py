@@ -171,6 +171,6 @@ def simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
 
         plots.allocation_vs_arrived({p: s["curve"] for p, s in summary[first][ties0].items()},
                                     Path(plots_dir) / "allocation_vs_arrived.png",
-                                    f"protocol A: {first} ({rounding}, ties {ties0})")
+                                    f"protocol A: {first} (rounding {rounding}, ties {ties0})")
     return 0
 

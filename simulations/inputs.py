@@ -151,4 +151,4 @@ def _synthetic_pool(args: argparse.Namespace) -> tuple[protocol_b.PoolSource, No
     def synthetic(seed: int) -> list[Job]:
         return generate(SyntheticSpec(cards=cards, rho=rho, jobs=n, runtime_cap_s=args.runtime_cap or 1e12), seed)
 
-    return synthetic, None, f"built-in synthetic ({n} jobs)"
+    return synthetic, None, f"built-in synthetic ({n} jobs per seed)"

@@ -193,3 +193,20 @@ def pooled(sims: Sequence[Simulation], sla_s: float = DEFAULT_SLA_S) -> dict[str
         "events": sum(x.events for x in sims),
         "seconds": sum(x.seconds for x in sims),
     }
+
+
+def mean_wait_by_arrival(sims: Sequence[Simulation], parts: int = 5) -> list[float]:
+    """Mean wait (s) of the jobs arriving in each of ``parts`` equal spans of every run's window, runs
+    pooled: flat when the cluster keeps up, rising when the line grows (an overloaded run). A job that
+    never started counts with the wait it had at the run's end. NaN for a span without arrivals."""
+    total = [0.0] * parts
+    count = [0] * parts
+    for sim in sims:
+        lo, hi = sim.window
+        span = max(hi - lo, 1e-9)
+        end = max(max((s for s in sim.start if s != NEVER), default=hi), hi)
+        for a, s in zip(sim.arrival, sim.start, strict=True):
+            k = min(parts - 1, max(0, int((a - lo) / span * parts)))
+            total[k] += (end if s == NEVER else s) - a
+            count[k] += 1
+    return [t / c if c else math.nan for t, c in zip(total, count, strict=True)]

@@ -47,10 +47,40 @@ def parse_seeds(text: str) -> tuple[int, ...]:
 
 def parse_duration(text: str) -> float:
     """Seconds, or a number with a unit: 90s, 15m, 2h, 2d."""
+    if text.strip().startswith("-"):
+        raise argparse.ArgumentTypeError(f"a duration cannot be negative, got {text!r}")
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h|d)?\s*", text)
     if not m:
         raise argparse.ArgumentTypeError(f"duration must look like 3600, 90s, 15m, 2h or 2d, got {text!r}")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def parse_target(text: str) -> float:
+    """A wait target with its unit (90s, 10m, 2h, 1d; a bare 0 is zero): a bare 10 is refused, not read as seconds."""
+    body = text.strip()
+    if body.startswith("-"):
+        raise argparse.ArgumentTypeError(f"a wait target cannot be negative, got {text!r}")
+    if re.fullmatch(r"\d+(?:\.\d+)?", body) and float(body) != 0:
+        raise argparse.ArgumentTypeError(f"a wait target needs its unit: {body}s, {body}m or {body}h, got {text!r}")
+    try:
+        return parse_duration(body)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a wait target looks like 90s, 10m, 2h or 1d, got {text!r}") from None
+
+
+DURATION_FLAGS = ("--target", "--age-limit", "--sla", "--reservation-ttl", "--bind-delay", "--runtime-cap")
+
+
+def dash_values(argv: Sequence[str], flags: Sequence[str] = DURATION_FLAGS) -> list[str]:
+    """``--flag -5m`` as ``--flag=-5m``: argparse takes a value that starts with a dash for an option and
+    says only "expected one argument"; joined, the value's own parser explains what is wrong with it."""
+    out = list(argv)
+    i = 0
+    while i < len(out) - 1:
+        if out[i] in flags and out[i + 1].startswith("-") and out[i + 1][1:2].isdigit():
+            out[i:i + 2] = [f"{out[i]}={out[i + 1]}"]
+        i += 1
+    return out
 
 
 def parse_cap(text: str) -> float | None:

@@ -203,10 +203,11 @@ def protocol_b_text(results: Mapping[tuple[str, str], Mapping[str, Any]], header
                      f"{_fmt(s['offered_load'])}, cards in use {s['cards_in_use']:.1f} vs bound "
                      f"{s['lower_bound_cards']:.1f}, stranded {s['stranded_pct']:.2f} %, "
                      f"max wait {_minutes(s['max_wait_s'])} min, never started {s['never_started']}")
+        lines.extend(_overload_lines(s))
         pooled = f"pooled over {runs} runs" if runs > 1 else "one run"
         seeded = "   p99 per seed: mean [95 % CI]" if runs > 1 else ""
         lines.append(f"  {'product':<14} {'jobs':>7} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7}{seeded}  "
-                     f"(wait, min; p50..max {pooled})")
+                     f"(wait, min; jobs and p50..max {pooled})")
         spread = s.get("per_seed_p99") or {}
         for product in [*sorted((p for p in s["waits"] if p != "all"), key=product_order), "all"]:
             w = s["waits"][product]
@@ -314,6 +315,22 @@ def frontier_points(results: Mapping[tuple[str, str], Mapping[str, Any]]) -> lis
 def _hw_minutes(d: Mapping[str, Any]) -> float:
     hw = d.get("ci95_half_width")
     return hw / 60 if isinstance(hw, (int, float)) and math.isfinite(hw) else 0.0
+
+
+def _overload_lines(s: Mapping[str, Any]) -> list[str]:
+    """What an offered load of 1 or more does: the line grows while jobs arrive, waits with the run's length."""
+    rho = s.get("offered_load")
+    if not isinstance(rho, (int, float)) or not rho >= 1.0:
+        return []
+    trend = s.get("mean_wait_by_arrival_fifth_s") or []
+    growth = ""
+    if len(trend) >= 2 and all(isinstance(t, (int, float)) and math.isfinite(t) for t in (trend[0], trend[-1])):
+        growth = (f" (mean wait {_minutes(trend[0])} min for the first fifth of arrivals, "
+                  f"{_minutes(trend[-1])} min for the last)")
+    return [f"  overloaded: ρ {_fmt(rho)} >= 1, jobs arrive faster than the cards can serve them. The line grows "
+            f"while they arrive{growth} and drains after the last;",
+            "  these waits grow with the run's length (--jobs) and describe no steady state. "
+            "`gpuslice plan` finds the cards that keep up."]
 
 
 def _fmt(value: Any) -> str:

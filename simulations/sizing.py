@@ -29,20 +29,26 @@ class Sizing:
 
 
 def smallest_cards(wait_at: Callable[[int], float], target_s: float, low: int, max_cards: int,
-                   start: int | None = None) -> Sizing:
+                   start: int | None = None, on_point: Callable[[int, int, int | None], None] | None = None) -> Sizing:
     """Smallest n in [low, max_cards] with ``wait_at(n) <= target_s``.
 
     ``low`` must be a count known to miss or the smallest worth trying (the offered work's lower
-    bound); ``start`` is the first upper guess (default 2 × low).
+    bound); ``start`` is the first upper guess (default 2 × low). ``on_point(n, k, at_most)`` is
+    told before the k-th count is measured; ``at_most`` bounds the measurements of the whole search
+    once bisection has begun (``k - 1 + ⌈log2(hit - miss)⌉``), None while it still doubles.
     """
     if not (math.isfinite(target_s) and target_s >= 0):
         raise SizingError(f"wait target must be a finite number of seconds >= 0, got {target_s}")
     if low < 1 or max_cards < low:
         raise SizingError(f"need 1 <= low <= max_cards, got {low} and {max_cards}")
     result = Sizing(target_s, None)
+    bracket: list[int] = []  # (miss, hit) once bisecting
 
     def meets(n: int) -> bool:
         if n not in result.points:
+            if on_point is not None:
+                at_most = len(result.points) + math.ceil(math.log2(bracket[1] - bracket[0])) if bracket else None
+                on_point(n, len(result.points) + 1, at_most)
             result.points[n] = wait_at(n)
         value = result.points[n]
         return not math.isnan(value) and value <= target_s
@@ -58,6 +64,7 @@ def smallest_cards(wait_at: Callable[[int], float], target_s: float, low: int, m
         miss = hit
         hit = min(2 * hit, max_cards)
     while hit - miss > 1:
+        bracket[:] = [miss, hit]
         mid = (miss + hit) // 2
         if meets(mid):
             hit = mid
