@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 
 from simulations.engine import NEVER, Simulation
+from simulations.report import product_order
 
 
 def _save(fig: Any, path: str | Path, layout: bool = True) -> Path:
@@ -51,11 +51,6 @@ def allocation_vs_arrived(curves: Mapping[str, Sequence[float | None]], path: st
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     return _save(fig, path)
-
-
-def _natural(name: str) -> list[Any]:
-    """Sort key reading digit runs as numbers: v100-25 < v100-50 < v100-100 < v100-100x2."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def _waits_min(runs: Sequence[Simulation], cls: str) -> tuple[list[float], int]:
@@ -134,7 +129,7 @@ def wait_cdf(sims: Mapping[str, Sequence[Simulation]], path: str | Path, title: 
     """Protocol B: per product, the share of its jobs that waited at least x minutes (the complement
     of the wait CDF, both axes log: a tail of 1 % is as visible as one of 50 %). One run: a line per
     product. Several runs (``--compare``): a panel per product, a line per run."""
-    classes = sorted({c for runs in sims.values() for s in runs for c in s.classes}, key=_natural)
+    classes = sorted({c for runs in sims.values() for s in runs for c in s.classes}, key=product_order)
     data = {(label, cls): _waits_min(runs, cls) for label, runs in sims.items() for cls in classes}
     positive = sorted(w for waits, _ in data.values() for w in waits if w > 0)
     # from the decade of the shortest 1 % of waits that are not zero: below it the lines only run flat
