@@ -191,6 +191,19 @@ def _render(state: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _tls_hint(error: str, ca: str) -> str:
+    """What to try when the extender's certificate was not trusted or does not carry the URL's name."""
+    if "CERTIFICATE_VERIFY_FAILED" not in error:
+        return ""
+    if "mismatch" in error or "not valid for" in error:
+        return ("\n  the certificate does not carry the URL's host: --server-name "
+                "gpuslice-extender.gpuslice-system.svc (the name the chart's certificate carries)")
+    if not ca:
+        return ("\n  the extender's certificate is not trusted here: --ca ca.crt, the CA of the Secret "
+                "gpuslice-extender-tls (README.md, 'Check')")
+    return f"\n  the certificate is not signed by {ca}: is it the CA of the Secret gpuslice-extender-tls?"
+
+
 def status_main(argv: Sequence[str]) -> int:
     """``gpuslice status``: GET /state of a running extender and print it (``--json`` for raw)."""
     ap = argparse.ArgumentParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
@@ -213,7 +226,7 @@ def status_main(argv: Sequence[str]) -> int:
                             server_name=args.server_name) as client:
             status, state = client.get("/state")
     except ClientError as e:
-        print(f"gpuslice status: {e}", file=sys.stderr)
+        print(f"gpuslice status: {e}{_tls_hint(str(e), args.ca)}", file=sys.stderr)
         return 1
     if status != 200 or not isinstance(state, dict):
         print(f"gpuslice status: GET /state answered HTTP {status}: {state}", file=sys.stderr)
