@@ -182,6 +182,9 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--no-headers", action="store_true", help="table without its header line")
     ap.add_argument("--kubeconfig", default="", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     args = ap.parse_args(list(argv))
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        print(f"gpuslice queue: no kubeconfig file {args.kubeconfig}", file=sys.stderr)
+        return 1
     from kubernetes.config import ConfigException
 
     try:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from extender.cluster.pending_writer import Notice, condition_patch, notice_of, timestamp
 from extender.cluster.webhook import GATE
-from extender.queue_view import Waiting, as_json, human_duration, table, waiting_of, waiting_pods
+from extender.queue_view import Waiting, as_json, human_duration, main, table, waiting_of, waiting_pods
 from packing.queue import Explanation
 
 NOW = 1_790_000_000.0
@@ -126,3 +127,24 @@ def test_json_has_the_same_rows() -> None:
 def test_waited_reads_as_kubectl_writes_ages(seconds: float, text: str) -> None:
     assert human_duration(seconds) == text
 
+
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:1"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: team-q}}]
+current-context: x
+"""
+
+
+def test_without_n_the_contexts_namespace_is_listed_and_an_unreachable_api_is_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "config"
+    config.write_text(KUBECONFIG)
+    assert main(["--kubeconfig", str(config)]) == 1  # nothing listens on port 1
+    err = capsys.readouterr().err
+    assert err.startswith("gpuslice queue: cannot list pods: ") and "/api/v1/namespaces/team-q/pods" in err
+    assert err.count("\n") == 1
+    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 1
+    assert capsys.readouterr().err == f"gpuslice queue: no kubeconfig file {tmp_path / 'missing'}\n"
