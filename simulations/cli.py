@@ -2,7 +2,8 @@
 
 Without input files both run on the built-in synthetic workload. ``--nodes NODES.csv --pods
 PODS.csv`` reads Alibaba ``openb`` files; ``--trace JOBS.csv|.jsonl`` reads our own format.
-Exit status: 0 done, 2 bad usage or bad input (the message names the file and line).
+Exit status: 0 done, 2 bad usage, bad input (the message names the file and line) or an
+output that cannot be written.
 """
 
 from __future__ import annotations
@@ -76,7 +77,8 @@ def simulate_main(argv: Sequence[str]) -> int:
         description="Replay a workload through the packing ledger, policies and queue the extender uses. "
                     "Protocol A: FGD's benchmark (no departures, inflated to 130 %). Protocol B: departures and "
                     "the queue, waits per product. Without --pods/--trace: the built-in synthetic workload.",
-        epilog="Exit status: 0 done, 2 bad usage or bad input (the message names the file and line).")
+        epilog="Exit status: 0 done, 2 bad usage, bad input (the message names the file and line) or an output "
+               "that cannot be written (checked before the run).")
     ap.add_argument("--protocol", choices=("a", "b"),
                     help="a: FGD-compatible (no departures, 130 %% inflation); b: departures and the queue. "
                          "Default: a with --pods, b otherwise")
