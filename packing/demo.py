@@ -49,7 +49,7 @@ def _count(text: str) -> int:
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuslice demo",
-        description=f"Pack a sample workload of {len(SAMPLE)} pods ({', '.join(sorted(set(SAMPLE)))}) onto "
+        description=f"Pack a sample workload of {len(SAMPLE)} pods ({', '.join(dict.fromkeys(SAMPLE))}) onto "
                     "V100 32 GB cards with each placement policy, and show where each pod went and how full "
                     "each card is (one # per quarter of it in use). No cluster, no server.")
     ap.add_argument("--nodes", type=_count, default=2, metavar="N", help="nodes in the demo cluster (default 2)")
@@ -62,7 +62,7 @@ def main(argv: Sequence[str]) -> int:
     except CatalogError as e:
         print(f"gpuslice demo: {e}", file=sys.stderr)
         return 2
-    missing = sorted(set(SAMPLE) - {p.name for p in catalog.products})
+    missing = [n for n in dict.fromkeys(SAMPLE) if n not in {p.name for p in catalog.products}]
     if missing:
         print(f"gpuslice demo: the sample workload asks for {', '.join(missing)}, which {catalog.source} does not "
               f"offer (it offers {', '.join(p.name for p in catalog.products)})", file=sys.stderr)

@@ -26,7 +26,7 @@ def test_every_policy_packs_the_sample(capsys: pytest.CaptureFixture[str]) -> No
      "{path}: product 'v100-25': unknown key 'mili' (did you mean 'milli'?"),
     ("[[models]\n", "{path}: not valid TOML"),
     (MODEL + PRODUCT.format(name="x", milli="milli"),
-     "the sample workload asks for v100-100, v100-25, v100-50, which {path} does not offer (it offers x)"),
+     "the sample workload asks for v100-25, v100-50, v100-100, which {path} does not offer (it offers x)"),
 ])
 def test_a_bad_catalog_is_named_without_a_traceback(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                     text: str | None, said: str) -> None:
