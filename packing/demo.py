@@ -6,6 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from packing.argtypes import positive_int
 from packing.ledger import Ledger, NoFit
 from packing.mix_estimator import catalog_prior
 from packing.policies import POLICIES, place, policy_for
@@ -36,24 +37,14 @@ def run(policy: str, nodes: int, gpus: int, catalog: Catalog) -> str:
     return "\n".join(lines)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected at least 1, got {text!r}")
-    return value
-
-
 def main(argv: Sequence[str]) -> int:
     ap = argparse.ArgumentParser(
         prog="gpuslice demo",
         description=f"Pack a sample workload of {len(SAMPLE)} pods ({', '.join(dict.fromkeys(SAMPLE))}) onto "
                     "V100 32 GB cards with each placement policy, and show where each pod went and how full "
                     "each card is (one # per quarter of it in use). No cluster, no server.")
-    ap.add_argument("--nodes", type=_count, default=2, metavar="N", help="nodes in the demo cluster (default 2)")
-    ap.add_argument("--gpus", type=_count, default=4, metavar="N", help="V100 32 GB cards per node (default 4)")
+    ap.add_argument("--nodes", type=positive_int, default=2, metavar="N", help="nodes in the demo cluster (default 2)")
+    ap.add_argument("--gpus", type=positive_int, default=4, metavar="N", help="V100 32 GB cards per node (default 4)")
     ap.add_argument("--catalog", default=None, metavar="TOML",
                     help="product catalog (default: the built-in V100 catalog); it must offer the sample's products")
     args = ap.parse_args(list(argv))

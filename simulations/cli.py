@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from packing.argtypes import positive_int
 from packing.mix_estimator import catalog_prior
 from packing.products import Catalog, CatalogError, Request, load_catalog
 from simulations import command_a, metrics, protocol_a, protocol_b, report
@@ -34,7 +35,6 @@ from simulations.options import (
     parse_rho,
     parse_seeds,
     parse_target,
-    positive_int,
     protocol_a_options,
     queue_options,
     scheduler_options,

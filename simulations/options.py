@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packing.argtypes import positive_int
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.queue import ADMISSION_POLICIES, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT
 from simulations import metrics, protocol_b
@@ -111,17 +112,6 @@ def processes(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected a number of processes >= 0, got {text!r}")
     if value == 0:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return value
-
-
-def positive_int(text: str) -> int:
-    """An integer of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
     return value
 
 
