@@ -13,6 +13,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from extender.cluster.pending_writer import NOTICE_AFTER_S
 from extender.config import ConfigError, env_of, env_values
 
 
@@ -33,6 +34,7 @@ class ClusterConfig:
     resync_s: float = 60.0
     tick_s: float = 1.0
     notice_interval_s: float = 10.0  # position-only updates of a waiting pod's condition, at most this often
+    notice_after_s: float = NOTICE_AFTER_S  # a pod admitted within this long is never told it waited
     allocated_events: str = "warnings"  # an Allocated Event per bound pod: "all", or only "warnings" (no enforcement)
     entitlements_configmap: str = "gpuslice-entitlements"
     webhook_path: str = "/mutate"
@@ -49,6 +51,8 @@ class ClusterConfig:
         for name in ("resync_s", "tick_s", "notice_interval_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.notice_after_s >= 0:
+            raise ConfigError(f"notice_after_s must be >= 0, got {self.notice_after_s}")
         if self.allocated_events not in ("all", "warnings"):
             raise ConfigError(f"allocated_events must be all or warnings, got {self.allocated_events!r}")
         if not self.webhook_path.startswith("/"):

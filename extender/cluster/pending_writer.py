@@ -4,12 +4,13 @@ The condition ``gpuslice.io/Queued`` (status True while the pod waits) carries t
 queue position and what the pod waits for. A new reason rewrites it at once and emits an Event,
 so ``kubectl describe pod`` tells the story; a changed position or message (capacity moved, the
 line moved) rewrites only the condition, at most every ``min_interval`` seconds: a long queue must
-not turn every admission into n status writes. When the queue admits the pod the condition turns
-False with reason ``Admitted`` (and one Event). When a pod is bound on a node where nothing enforces
-its slice (known only by its labels), an ``Allocated`` Warning names its GPUs and says so; with
-``allocated_events: all`` every bound pod gets one (``enforcement: agent`` as a Normal Event). The
-writes run in the reporter's own thread, so a slow API server never delays a gate being lifted or a
-bind.
+not turn every admission into n status writes. A pod is told from ``notice_after_s`` of waiting
+on: one the queue admits sooner is never told it waited (every notice is an API write a burst pays
+for). When the queue admits the pod the condition turns False with reason ``Admitted`` (and one
+Event). When a pod is bound on a node where nothing enforces its slice (known only by its labels),
+an ``Allocated`` Warning names its GPUs and says so; with ``allocated_events: all`` every bound pod
+gets one (``enforcement: agent`` as a Normal Event). The writes run in the reporter's own thread,
+so a slow API server never delays a gate being lifted or a bind.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ COMPONENT = "gpuslice"
 ADMITTED = "Admitted"
 REFUSED = "Refused"
 ALLOCATED = "Allocated"
+NOTICE_AFTER_S = 2.0  # waits shorter than this go untold: in a burst most pods wait a moment, not minutes
 
 Obj = dict[str, Any]
 
@@ -154,8 +156,10 @@ class PendingReporter:
         clock: Callable[[], float] = time.time,
         on_write: Callable[[str], None] | None = None,
         allocated_events: str = "warnings",
+        notice_after_s: float = NOTICE_AFTER_S,
     ) -> None:
         self.kube = kube
+        self.notice_after_s = notice_after_s  # a pod that has waited less is not told yet
         self.allocated_events = allocated_events  # "all": an Allocated Event for every bound pod
         self.lookup = lookup  # pod uid -> the pod as last seen (None when gone)
         self.notifier = PendingNotifier(min_interval)
@@ -171,7 +175,8 @@ class PendingReporter:
 
     def submit(self, explanations: list[Explanation]) -> None:
         """The queue's latest explanation of every waiting claim (replaces the previous one)."""
-        latest = {e.claim: notice_of(e) for e in explanations}
+        after = self.notice_after_s
+        latest = {e.claim: notice_of(e) for e in explanations if e.waited >= after}
         with self._lock:
             self._latest = latest
         self._wake.set()

@@ -152,7 +152,8 @@ class ClusterRuntime:
             self.state.reset()
             reporter = PendingReporter(self.kube, lambda uid: None, self.cluster.notice_interval_s,
                                        on_write=lambda kind: self.metrics.notices.labels(kind).inc(),
-                                       allocated_events=self.cluster.allocated_events)
+                                       allocated_events=self.cluster.allocated_events,
+                                       notice_after_s=self.cluster.notice_after_s)
             sync = ClusterSync(self.state, self.kube, self.cluster, self.metrics, reporter=reporter,
                                recently_bound=self.binder.bound_since)
             gate = GateController(self.state, self.kube, sync.pod, self.metrics, reporter, self.cluster.tick_s)

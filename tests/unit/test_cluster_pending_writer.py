@@ -155,3 +155,15 @@ def test_allocated_events_warn_where_nothing_enforces_and_all_only_when_asked() 
     every.allocated(pods("a")["uid-a"], "v100-25", "n1", ("GPU-1",), "agent")
     assert every.flush() == 1 and kube.calls[-1][2]["type"] == "Normal"
     assert "enforcement: agent" in kube.calls[-1][2]["message"]
+
+
+def test_a_short_wait_goes_untold() -> None:
+    kube, clock = RecordingKube(), [0.0]
+    r = PendingReporter(kube, pods("a", "b").get, min_interval=10, clock=lambda: clock[0],  # type: ignore[arg-type]
+                        notice_after_s=2.0)
+    brief = Explanation("uid-a", "ns", "v100-25", 1, 1, "NoCapacity", "m", 1.9)
+    long = Explanation("uid-b", "ns", "v100-25", 2, 2, "NoCapacity", "m", 2.0)
+    r.submit([brief, long])
+    assert r.flush() == 2 and {c[1] for c in kube.calls} == {"b"}  # b's condition and event only
+    r.admitted("uid-a", "n1")  # a never heard it waited: nothing to undo
+    assert r.flush() == 0
