@@ -22,7 +22,7 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert c.age_limits == (("v100-100", 0.0),) and c.label == "drain-soonest:heads=16:v100-100=0:T=4h:horizon=10m"
     assert parse_admission("best-effort-fifo").age_limits == ()
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
-                      ("drain-soonest:heads=0", "positive integer"), ("aging-guard:T=soon", "duration")]:
+                      ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
         with pytest.raises(UsageError, match=says):
             parse_admission(bad)
 
