@@ -7,7 +7,9 @@ there), the worker processes of a master, and a throw-away CA with server and cl
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -15,8 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from extender.client import ClientError, ExtenderClient
 from extender.config import ExtenderConfig
-from extender.server import ServerProcess, start_on_free_port
+from extender.server import ServerProcess, free_port, start_on_free_port
 
 
 @contextmanager
@@ -50,6 +53,35 @@ def serving(config: ExtenderConfig, log_dir: Path) -> Iterator[ServerProcess]:
     finally:
         code = server.stop()
         assert code == 0, f"gunicorn pid {server.pid} exited with {code}:\n{server.log_tail()}"
+
+
+@contextmanager
+def gpuslice_serve(log_dir: Path, args: list[str], timeout: float = 10.0) -> Iterator[ExtenderClient]:
+    """``gpuslice serve --standalone ARGS`` as a user starts it, on a free port with a private HOME:
+    its client once /healthz answers; SIGTERM after the block, and exit status 0 asserted."""
+    port = free_port()
+    home = log_dir / "home"
+    home.mkdir(exist_ok=True)
+    log_path = log_dir / "serve.log"
+    argv = [sys.executable, "-m", "packing.cli", "serve", "--standalone", "--port", str(port), *args]
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(home)})
+        client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=timeout)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    if client.get("/healthz")[0] == 200:
+                        break
+                except ClientError:
+                    assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()
+                    time.sleep(0.1)
+            yield client
+        finally:
+            client.close()
+            os.kill(proc.pid, signal.SIGTERM)
+            code = proc.wait(30)
+    assert code == 0, log_path.read_text()
 
 
 def children(pid: int) -> list[int]:

@@ -29,7 +29,7 @@ from extender.samples import binding_args, filter_args, pod
 from extender.server import ServerProcess, free_port
 from packing.products import load_catalog
 
-from .gunicorn_proc import children, make_certs, running_extender, serving_env, wait_for_workers
+from .gunicorn_proc import children, gpuslice_serve, make_certs, running_extender, serving_env, wait_for_workers
 
 CATALOG = load_catalog()
 NODES = [f"node-{i}" for i in range(4)]
@@ -196,30 +196,11 @@ def test_status_reports_an_unreachable_extender() -> None:
 
 @pytest.mark.timeout(120)
 def test_gpuslice_serve_standalone_runs_gunicorn_in_process_until_sigterm(tmp_path: Path) -> None:
-    port = free_port()
-    log = (tmp_path / "serve.log").open("wb")
-    argv = [sys.executable, "-m", "packing.cli", "serve", "--standalone", "--nodes", "2", "--gpus-per-node", "2",
-            "--port", str(port), "--prefix", "/v1"]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=5)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if client.get("/healthz")[0] == 200:
-                    break
-            except ClientError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-                time.sleep(0.1)
+    args = ["--nodes", "2", "--gpus-per-node", "2", "--prefix", "/v1"]
+    with gpuslice_serve(tmp_path, args, timeout=5) as client:  # exits 0 on SIGTERM, or the test fails
         status, reply = client.post("/v1/filter", filter_args(pod("p", "v100-50"), ["node-0", "node-1"]))
         # the default policy's keys are unique per node: strict filter keeps exactly one
         assert status == 200 and reply["NodeNames"] == ["node-0"]
-        client.close()
-    finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        code = proc.wait(30)
-        log.close()
-    assert code == 0, (tmp_path / "serve.log").read_text()
 
 
 def test_gpuslice_serve_refuses_inconsistent_settings(capsys: pytest.CaptureFixture[str]) -> None:

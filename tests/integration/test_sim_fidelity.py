@@ -20,22 +20,19 @@ from __future__ import annotations
 
 import csv
 import heapq
-import os
 import random
-import signal
-import subprocess
-import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from extender.client import ClientError, ExtenderClient
+from extender.client import ExtenderClient
 from extender.samples import binding_args, filter_args, pod
-from extender.server import free_port
 from simulations.cli import simulate_main
 from simulations.cluster import node_order
 from simulations.traces import Job, write_jobs
+
+from .gunicorn_proc import gpuslice_serve
 
 NODES, GPUS, CLAIMS, SEED = 24, 4, 320, 5
 LABEL = "Tesla-V100-SXM2-32GB"
@@ -123,29 +120,11 @@ def served(client: ExtenderClient, jobs: list[Job]) -> dict[str, tuple[float, st
 
 
 @pytest.fixture
-def extender(tmp_path: Path, request: pytest.FixtureRequest) -> ExtenderClient:
-    port = free_port()
-    home = tmp_path / "home"
-    home.mkdir()
-    log = (tmp_path / "serve.log").open("wb")
-    argv = [sys.executable, "-m", "packing.cli", "serve", "--standalone", "--nodes", str(NODES), "--gpus-per-node",
-            str(GPUS), "--gpu-model", LABEL, "--port", str(port), "--policy", request.param,
+def extender(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ExtenderClient]:
+    args = ["--nodes", str(NODES), "--gpus-per-node", str(GPUS), "--gpu-model", LABEL, "--policy", request.param,
             "--reservation-ttl", "3600"]
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "HOME": str(home)})
-    client = ExtenderClient(f"http://127.0.0.1:{port}", timeout=10)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if client.get("/healthz")[0] == 200:
-                break
-        except ClientError:
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.1)
-    yield client
-    client.close()
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.wait(30) == 0, (tmp_path / "serve.log").read_text()
-    log.close()
+    with gpuslice_serve(tmp_path, args) as client:
+        yield client
 
 
 @pytest.mark.timeout(600)
