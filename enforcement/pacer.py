@@ -9,8 +9,9 @@ Pure: no I/O, no clock of its own. The agent feeds it measured GPU time per hold
   weighted water-fill of the GPU by entitlement, each holder capped by its estimated demand: a
   holder that cannot use its share leaves the rest to the others.
 * **Demand, on evidence only.** A holder is *limited* (demand = what it used) when it ran through
-  windows in which the GPU had idle time (coarse: a window under ``1 - idle_margin`` busy; fine:
-  GPU-level idle beyond 1 % summed while someone else was frozen), or when, thawed, it got less than
+  windows in which the GPU had idle time while it could run (coarse: a window under
+  ``1 - idle_margin`` busy beyond the time it was frozen; fine: GPU-level idle beyond 1 % summed
+  while it was thawed and someone else was frozen), or when, thawed, it got less than
   ``(1 - margin)`` of its equal share of native time-slicing (one slice per *context* among the
   contending contexts). Otherwise it is *hungry* (demand 1). What such evidence shows it uses with
   room to spare is its ``fill``, which work conservation relies on; a limited holder crowded out
@@ -74,6 +75,7 @@ class PacerParams:
     relearn_s: float = 30.0  # demand evidence older than this is dropped and the holder tested again
     freeze_idle_s: float = 0.05  # idle GPU time (leaky sum) while someone was frozen that proves the rest
     idle_memory_s: float = 2.0  # time constant of that leaky sum
+    busy_span_s: float = 1.2  # what one GPU busy sample may cover: NVML's window (up to 1 s) plus its delay
     recent_s: float = 3.0  # how far back "while someone was frozen" looks (NVML windows and delay)
     report_window_s: float = 10.0  # measured share in views() is over this window
     log_s: float = 8.0  # how much slot history is kept to line measurements up with decisions
@@ -138,6 +140,7 @@ class _Holder:
     acc_fair: float = 0.0
     idle_used: float = 0.0
     idle_thawed: float = 0.0
+    freeze_idle: float = 0.0  # leaky sum of GPU idle seen while it could run and someone was frozen
     history: deque[tuple[float, float, float]] = field(default_factory=deque)
     recent: deque[tuple[float, float, float, float]] = field(default_factory=deque)
 
@@ -182,7 +185,6 @@ class GpuPacer(Generic[K]):
         self.measured_until = float("-inf")
         self.epoch_span = 0.0
         self.engaged = False
-        self.freeze_idle = 0.0
         self.epoch_busy = 0.0
         self._busy_at: float | None = None
         self._recent_freezing: deque[tuple[float, float]] = deque()
@@ -245,7 +247,10 @@ class GpuPacer(Generic[K]):
             h.acc_used += u
             h.acc_thawed += thawed[k]
             h.acc_fair += fair[k]
-            if idle and thawed[k] >= p.min_thawed_fraction * length and t1 >= h.grace_until:
+            # Idle that its own freezes explain says nothing of its demand: count what is left.
+            idle_beside = length - total_busy - max(0.0, covered - thawed[k])
+            if (idle and idle_beside >= p.idle_margin * length and thawed[k] >= p.min_thawed_fraction * length
+                    and t1 >= h.grace_until):
                 # The GPU had time to spare while this holder could run: it used all it wanted.
                 h.idle_used += u
                 h.idle_thawed += thawed[k]
@@ -269,29 +274,38 @@ class GpuPacer(Generic[K]):
 
         Idle time while someone was frozen means those left running had no more work. Per-process
         samples floor to integer percents and can hide a few percent of idle between them; the
-        GPU-level value floors once. Idle beyond that 1 % is summed with a leak (``idle_memory_s``);
-        past ``freeze_idle_s`` it proves the demand of the holders that ran beside the freezes.
+        GPU-level value floors once. Idle beyond that 1 % is summed with a leak (``idle_memory_s``)
+        per holder, only while that holder was thawed through all the sample may cover
+        (``busy_span_s``): idle while it was frozen says nothing of its demand. Past
+        ``freeze_idle_s`` it proves the demand of that holder, if it ran beside the freezes.
         """
         p = self.params
         last, self._busy_at = self._busy_at, now
         if last is None or now <= last:
             return
         dt = min(now - last, 2 * p.slot_s)
-        self.freeze_idle *= math.exp(-dt / p.idle_memory_s)
+        leak = math.exp(-dt / p.idle_memory_s)
+        for h in self.holders.values():
+            h.freeze_idle *= leak
         if not any(slot.any_frozen and slot.t1 >= now - p.recent_s for slot in self.log):
             return
-        self.freeze_idle += max(0.0, 1.0 - busy - 0.01) * dt
-        if self.freeze_idle < p.freeze_idle_s:
+        idle = max(0.0, 1.0 - busy - 0.01) * dt
+        if idle <= 0:
             return
-        self.freeze_idle = 0.0
+        span = [slot for slot in self.log if slot.t1 > now - p.busy_span_s and slot.t0 < now]
         freezing = sum(f for _, f in self._recent_freezing)
-        if freezing <= 0:
-            return
-        for h in self.holders.values():
+        for k, h in self.holders.items():
+            if not span or not all(k in slot.thawed for slot in span):
+                continue
+            h.freeze_idle += idle
+            if h.freeze_idle < p.freeze_idle_s:
+                continue
+            h.freeze_idle = 0.0
             used = sum(r[1] for r in h.recent)
             thawed = sum(r[2] for r in h.recent)
             beside = sum(r[3] for r in h.recent)
-            if beside >= 0.5 * freezing and thawed > _EPS and now >= h.grace_until and used / thawed < 1 - p.margin:
+            if (freezing > 0 and beside >= 0.5 * freezing and thawed > _EPS and now >= h.grace_until
+                    and used / thawed < 1 - p.margin):
                 self._proven(h, used / thawed, now)
 
     def _proven(self, h: _Holder, rate: float, now: float) -> None:
