@@ -7,6 +7,10 @@ are independent and deterministic, so ``--processes N`` spreads them over N work
 One workload and one tie rule print the classic table (policies against the published figures);
 several print the sweep: a row per workload and tie rule, a column per policy, the offline
 reference and FGD's published figure beside them.
+
+A policy with unique keys under exact scores never leaves kube-scheduler a tie, so its runs are the
+same under every tie rule: it runs once per seed, and its stable runs stand for the other rules
+(``_tie_free``; a test checks that a real random-tie run gives the same).
 """
 
 from __future__ import annotations
@@ -15,11 +19,12 @@ import argparse
 import multiprocessing
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from packing.mix_estimator import catalog_prior
+from packing.policies import get_policy
 from packing.products import Catalog, Request, load_catalog
 from simulations import offline, protocol_a, protocol_b, report
 from simulations.cluster import CardModel, card_model, card_model_for, card_nodes, check_models
@@ -86,6 +91,12 @@ def _run(task: Task) -> protocol_a.RunA | offline.OfflineRun:
     return protocol_a.run_seed(work.nodes, work.requests, work.card, config, seed)
 
 
+def _tie_free(policy: str, scores: str, ties_rules: Sequence[str]) -> bool:
+    """Whether ``policy``'s stable run stands for every tie rule: unique keys under exact scores
+    leave kube-scheduler one best node, so no tie rule is ever consulted (the runs are identical)."""
+    return "stable" in ties_rules and scores == "exact" and get_policy(policy).capabilities.unique_keys
+
+
 def execute(tasks: Sequence[Task], processes: int, progress: Callable[[int, int], None]) -> list[Any]:
     """Every task's result, in task order; ``processes`` > 1 runs them in worker processes."""
     if processes <= 1 or len(tasks) <= 1:
@@ -115,7 +126,7 @@ def simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
     _WORK[:] = work
     _CONFIG.update(rounding=rounding, scores=args.scores, inflation=args.inflation)
     tasks: list[Task] = [("run", w, p, t, s) for w in range(len(work)) for t in ties_rules for p in policies
-                         for s in seeds]
+                         for s in seeds if not (t != "stable" and _tie_free(p, args.scores, ties_rules))]
     if with_offline:
         tasks += [("offline", w, "", "", s) for w in range(len(work)) for s in seeds]
     bar = Progress("protocol A", True if args.progress else None)
@@ -134,6 +145,14 @@ def simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
         else:
             grouped.setdefault((w, ties, policy), []).append(result)
             runs.append({"workload": work[w].name, **{k: v for k, v in result.as_dict().items() if k != "curve"}})
+    for t in ties_rules:  # a tie-free policy's stable runs stand for the other tie rules
+        for p in policies:
+            if t != "stable" and _tie_free(p, args.scores, ties_rules):
+                for w in range(len(work)):
+                    same = [replace(r, ties=t) for r in grouped[(w, "stable", p)]]
+                    grouped[(w, t, p)] = same
+                    runs.extend({"workload": work[w].name, **{k: v for k, v in r.as_dict().items() if k != "curve"}}
+                                for r in same)
     for (w, ties, policy), done in grouped.items():
         summary.setdefault(work[w].name, {}).setdefault(ties, {})[policy] = protocol_a.summarize(done)
     for w, refs in grouped_off.items():

@@ -188,6 +188,36 @@ def test_a_sweep_over_workloads_and_tie_rules_in_two_processes(openb: tuple[Path
     assert ref["seeds"] == [1, 2] and 0 <= ref["unallocated_gpu_pct"] <= 100
 
 
+def test_a_tie_free_policy_runs_once_and_its_stable_runs_equal_a_real_random_tie_run(
+        openb: tuple[Path, Path], tmp_path: Path) -> None:
+    from packing.products import load_catalog
+    from simulations import command_a, protocol_a
+    from simulations.cluster import card_model_for
+    from simulations.scheduler import SchedulerModel
+    from simulations.traces import read_openb_nodes, read_openb_pods
+
+    nodes, pods = openb
+    assert command_a._tie_free("gradient-fit", "exact", ["stable", "random"])
+    assert not command_a._tie_free("fgd", "exact", ["stable", "random"])  # FGD's 101 levels tie
+    assert not command_a._tie_free("gradient-fit", "extender", ["stable", "random"])  # 0-100 scores tie
+    assert not command_a._tie_free("gradient-fit", "exact", ["random"])  # nothing to stand for it
+    out = tmp_path / "t.json"
+    assert simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--seeds", "1-2", "--policy", "gradient-fit",
+                          "--ties", "stable,random", "--json", str(out)]) == 0
+    summary = json.loads(out.read_text())["workloads"]["pods.csv"]
+    catalog = load_catalog()
+    requests = protocol_a.pod_requests(read_openb_pods(pods)[0], catalog, "none")
+    card = card_model_for(catalog, "none")
+    for seed in (1, 2):
+        real = protocol_a.run_seed(read_openb_nodes(nodes)[0], requests, card, protocol_a.ProtocolAConfig(
+            policy="gradient-fit", model=SchedulerModel(ties="random")), seed)
+        stable = protocol_a.run_seed(read_openb_nodes(nodes)[0], requests, card, protocol_a.ProtocolAConfig(
+            policy="gradient-fit"), seed)
+        assert (real.curve, real.failed, real.allocated_pct_final) == (
+            stable.curve, stable.failed, stable.allocated_pct_final)
+    assert summary["random"]["gradient-fit"]["curve"] == summary["stable"]["gradient-fit"]["curve"]
+
+
 def test_a_folder_of_pod_lists(openb: tuple[Path, Path], tmp_path: Path) -> None:
     nodes, _ = openb
     folder = tmp_path / "lists"
