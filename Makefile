@@ -56,7 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.run
 
 ## sweep-a: protocol A's placement table on all 24 openb pod lists in $$GPUSLICE_TRACES/alibaba-openb: the default,
-## best-fit, frag-gradient and FGD under both tie rules, the offline reference, seeds 42-51 (about 80 min on 2 cores;
+## best-fit, frag-gradient and FGD under both tie rules, the offline reference, seeds 42-51 (69 min on 2 cores;
 ## SWEEP_PROCESSES=N spreads the runs, SWEEP_ARGS adds options, e.g. --seeds 42-46); table on stdout, runs in sweep-a.json
 SWEEP_PROCESSES ?= 2
 sweep-a: $(STAMP)
