@@ -7,6 +7,7 @@
 ``frag_aware``         best fit that keeps empty cards whole while a partly used card fits
 ``frag_gradient``      FGD's fragment-gradient levels with its own tie-breaks (unique keys)
 ``gradient_fit``       the default (see its docstring and ``simulations/README.md``)
+``relative_gradient``  fragment-gradient levels in steps of the request's size, consolidation for slices
 ``random_fit``         baseline: a random fitting node
 ``go_best_fit``        baseline: the FGD artifact's integer Best-fit score
 ``fgd``                baseline: FGD (ATC'23) re-implemented
@@ -37,6 +38,7 @@ from packing.policies.go_best_fit import GO_BEST_FIT
 from packing.policies.gradient_fit import GRADIENT_FIT
 from packing.policies.random_fit import RANDOM_FIT
 from packing.policies.registry import DEFAULT_POLICY, POLICIES, get_policy, policy_for, policy_names
+from packing.policies.relative_gradient import RELATIVE_GRADIENT
 from packing.policies.spread import SPREAD
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_SCORE",
     "POLICIES",
     "RANDOM_FIT",
+    "RELATIVE_GRADIENT",
     "SPREAD",
     "Capabilities",
     "Choice",

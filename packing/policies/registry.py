@@ -22,13 +22,15 @@ from packing.policies.frag_gradient import FRAG_GRADIENT
 from packing.policies.go_best_fit import GO_BEST_FIT
 from packing.policies.gradient_fit import GRADIENT_FIT
 from packing.policies.random_fit import RANDOM_FIT
+from packing.policies.relative_gradient import RELATIVE_GRADIENT
 from packing.policies.spread import SPREAD
 from packing.products import Request
 
 DEFAULT_POLICY = GRADIENT_FIT.name
 
 POLICIES: Mapping[str, Policy] = MappingProxyType({p.name: p for p in (
-    GRADIENT_FIT, BEST_FIT, FRAG_GRADIENT, FIRST_FIT, FRAG_AWARE, SPREAD, RANDOM_FIT, GO_BEST_FIT, FGD)})
+    GRADIENT_FIT, BEST_FIT, FRAG_GRADIENT, RELATIVE_GRADIENT, FIRST_FIT, FRAG_AWARE, SPREAD, RANDOM_FIT, GO_BEST_FIT,
+    FGD)})
 
 
 def policy_names(baselines: bool = True) -> list[str]:

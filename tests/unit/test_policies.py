@@ -403,7 +403,7 @@ def test_capabilities_are_declared_not_inferred_from_names() -> None:
     assert BEST_FIT.capabilities == Capabilities(indexed=True)
     assert get_policy("random").capabilities.sampled and not get_policy("random").capabilities.node_local
     assert get_policy("fgd").capabilities.workload_mix and get_policy("fgd").capabilities.needs_mix
-    for name in ("frag-gradient", DEFAULT_POLICY):
+    for name in ("frag-gradient", "relative-gradient", DEFAULT_POLICY):
         caps = get_policy(name).capabilities
         assert caps.needs_mix and caps.unique_keys and not caps.baseline
 
