@@ -137,8 +137,10 @@ def protocol_a_sweep_text(summary: Mapping[str, Mapping[str, Mapping[str, Mappin
     """One row per (workload, tie rule): unallocated GPU % (mean ± sd) per policy, the offline reference,
     FGD's published figure, and the first policy against FGD (re-implemented, same ties)."""
     cols = list(policies)
-    head = f"{'workload':<22} {'ties':<7}" + "".join(f" {p[:15]:>15}" for p in cols)
-    head += f" {'offline':>13} {'FGD publ.':>9}" + (f" {cols[0][:12] + '/fgd':>16}" if "fgd" in cols else "")
+    widths = [max(15, len(p)) for p in cols]  # a long policy name widens its column instead of being cut
+    head = f"{'workload':<22} {'ties':<7}" + "".join(f" {p:>{w}}" for p, w in zip(cols, widths, strict=True))
+    ratio_w = max(16, len(cols[0]) + 4)
+    head += f" {'offline':>13} {'FGD publ.':>9}" + (f" {cols[0] + '/fgd':>{ratio_w}}" if "fgd" in cols else "")
     lines = [f"protocol A  rounding {header.get('rounding')}  scores {header.get('scores')}  seeds "
              f"{header.get('seeds')}  inflation {header.get('inflation')}: unallocated GPU % at arrived 100 % "
              "(mean ± sd over seeds)", head]
@@ -148,16 +150,16 @@ def protocol_a_sweep_text(summary: Mapping[str, Mapping[str, Mapping[str, Mappin
         pub = published.get(workload, {}).get("fgd")
         for ties, by_policy in by_ties.items():
             row = f"{short:<22} {ties:<7}"
-            for p in cols:
+            for p, w in zip(cols, widths, strict=True):
                 s = by_policy.get(p)
                 cell = _pm(s["unallocated_gpu_pct_at_100"], s["unallocated_gpu_pct_at_100_sd"]) if s else "-"
-                row += f" {cell:>15}"
+                row += f" {cell:>{w}}"
             row += f" {_pm(ref['unallocated_gpu_pct'], ref['unallocated_gpu_pct_sd']) if ref else '-':>13}"
             row += f" {'' if pub is None or ties != 'stable' else f'{pub:.2f}':>9}"
             if "fgd" in cols and cols[0] in by_policy:
                 ours, fgd = (by_policy[cols[0]]["unallocated_gpu_pct_at_100"],
                              by_policy["fgd"]["unallocated_gpu_pct_at_100"])
-                row += f" {ours / fgd if fgd else float('nan'):>16.2f}"
+                row += f" {ours / fgd if fgd else float('nan'):>{ratio_w}.2f}"
             lines.append(row)
     lines.append("unallocated GPU % = 100 − mean allocation % over arrival events with round(arrived %) = 100; "
                  "offline: the pods arrived up to 100 %, packed knowing all of them")
