@@ -52,11 +52,14 @@ class TypicalMix:
     """The commonest request shapes and their frequencies (weights sum to 1), and F over them.
 
     ``fragment`` is memoised per (CPU rank, RAM rank, cards): equal node states cost one computation.
+    ``mixed_models``: the typical pods with GPUs name more than one model pattern (no pattern
+    counting as one), so models constrain where some of them can go.
     """
 
     def __init__(self, pods: Iterable[TypicalPod]) -> None:
         self.pods = tuple(pods)
         self.total_weight = sum(p.weight for p in self.pods)
+        self.mixed_models = len({p.model for p in self.pods if p.milli > 0}) > 1
         self._cpus = sorted({p.cpu_milli for p in self.pods})
         self._mems = sorted({p.memory_mib for p in self.pods})
         groups: dict[tuple[int, str | None], list[tuple[int, int, int, float]]] = {}

@@ -16,7 +16,8 @@ the key (lower is better) on a node where the request fits is
 
 Measured on ``openb`` (``simulations/README.md``): better than FGD re-implemented on more pod lists
 than ``gradient-fit`` (model-pinned ``gpuspec*``, ``gpushare60``), worse than ``gradient-fit`` on
-``default`` and ``gpushare100``; so not the default. The pick inside the node is FGD's.
+``default`` and ``gpushare100``; so it is not the default, which takes this key only while models
+constrain the typical pods (``gradient-fit``). The pick inside the node is FGD's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 
 from packing.ledger import Ledger, Node
 from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
-from packing.policies.fgd import fgd_pick, fgd_score, placements
+from packing.policies.fgd import Placement, fgd_pick, fgd_score, placements
 from packing.products import Request
 
 STEP = 0.12  # one level: a fragment gain of 12 % of the request's GPU milli
@@ -36,15 +37,18 @@ def relative_level(gain: float, request: Request) -> int:
     return math.floor(gain / (STEP * request.total_milli))
 
 
-def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
-    options = placements(ctx.mix(), ledger, request, node)
-    if not options:
-        return None
+def relative_key(options: list[Placement], request: Request, node: Node) -> NodeKey:
+    """The key on ``node`` given the request's ``placements`` there (not empty)."""
     gain = max(o[0] for o in options)
     if request.gpu_less:
         return (node.free_gpu_milli, -fgd_score(gain), node.order)
     untouched = not request.whole and all(g.empty for g in node.gpus)
     return (-relative_level(gain, request), untouched, node.order)
+
+
+def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
+    options = placements(ctx.mix(), ledger, request, node)
+    return relative_key(options, request, node) if options else None
 
 
 RELATIVE_GRADIENT = Policy(

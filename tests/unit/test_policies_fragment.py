@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from packing.fragment import TypicalMix, TypicalPod, shape_of
-from packing.products import Request
+from packing.mix_estimator import MixEstimator, catalog_prior
+from packing.products import Request, load_catalog
 from packing.products import model_accepts as accepts
 
 MODELS = ("G2", "T4", "V100M32")
@@ -91,3 +92,17 @@ def test_shapes_and_model_patterns() -> None:
     assert shape_of(Request(250, cpu_milli=3, host_memory_mib=4, model="T4")) == (3, 4, 250, 1, "T4")
     assert accepts(None, "anything") and accepts("V100M16|V100M32", "V100M32")
     assert not accepts("V100M16|V100M32", "T4") and accepts("Tesla-V100-*-32GB", "Tesla-V100-SXM2-32GB")
+
+
+def test_mixed_models_when_the_pods_with_gpus_name_several_patterns() -> None:
+    one = TypicalMix([TypicalPod(0, 500, 1, 0.5, "Tesla-V100-*"), TypicalPod(0, 1000, 2, 0.5, "Tesla-V100-*")])
+    assert not one.mixed_models and not TypicalMix([TypicalPod(0, 500, 1, 1.0)]).mixed_models
+    assert TypicalMix([TypicalPod(0, 500, 1, 0.5), TypicalPod(0, 1000, 1, 0.5, "A100*")]).mixed_models
+    # a GPU-less pod names no card model, whatever its pattern
+    assert not TypicalMix([TypicalPod(0, 500, 1, 0.5), TypicalPod(4000, 0, 0, 0.5, "A100*")]).mixed_models
+    # the extender's cold start and claims on a V100-only catalog: one pattern, gradient-fit never switches
+    catalog = load_catalog()
+    estimator = MixEstimator(prior=catalog_prior(catalog))
+    for name in ("v100-25", "v100-100", "v100-50"):
+        estimator.observe(catalog.request(name))
+    assert estimator.mix().pods and not estimator.mix().mixed_models

@@ -1,4 +1,5 @@
-"""``gradient-fit`` (the default)'s table: (−level, all cards empty, order); no GPU: (idle GPU, −level, order)."""
+"""``gradient-fit`` (the default)'s table: (−level, all cards empty, order); no GPU: (idle GPU, −level, order);
+relative-gradient's key while the typical pods name several models."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ H = C.request("v100-50")
 MIX = (TypicalPod(0, 1000, 1, 0.5), TypicalPod(0, 500, 1, 0.5))
 # a CPU-hungry typical pod: a node left with less than 8 cores strands its idle cards for it
 CPU_MIX = (TypicalPod(8000, 1000, 1, 1.0),)
+V100_ANY = "Tesla-V100-*-32GB"  # the catalog's pattern: every claim of a V100-only cluster names it
+# the same shapes, one of them pinned to a model: the mix now names two patterns
+MIXED = (TypicalPod(0, 1000, 1, 0.5), TypicalPod(0, 500, 1, 0.5, model=V100_ANY))
+WHOLE_MIXED = (TypicalPod(0, 1000, 1, 0.5), TypicalPod(0, 1000, 1, 0.5, model=V100_ANY))
 
 TABLE = [
     Case("FGD's level first", {"a": Node((0, 500)), "b": Node((0,))}, H,
@@ -33,6 +38,18 @@ TABLE = [
          {"a": Node((1000, 0), cpu=10000), "b": Node((1000,), cpu=6000), "c": Node((0, 0), cpu=96000)},
          Request(0, count=0, cpu_milli=4000),
          {"a": (1000, -26, 0), "b": (0, -50, 1), "c": (2000, -50, 2)}, ("b", ()), CPU_MIX),
+    Case("one model pattern for all (the catalog's): FGD's levels", {"a": Node((0, 500)), "b": Node((0,))}, H,
+         {"a": (-56, False, 0), "b": (-43, True, 1)}, ("a", (1,)),
+         tuple(TypicalPod(p.cpu_milli, p.milli, p.count, p.weight, model=V100_ANY) for p in MIX)),
+    # gains ±250 as in the first case, now in steps of 12 % of the 500 milli asked: +4.2 and −4.2 steps
+    Case("several model patterns: relative levels", {"a": Node((0, 500)), "b": Node((0,))}, H,
+         {"a": (-4, False, 0), "b": (5, True, 1)}, ("a", (1,)), MIXED),
+    Case("several model patterns: a whole card follows the node order, used or not",
+         {"a": Node((0, 0)), "b": Node((0, 0, 1000))}, C.request("v100-100"),
+         {"a": (0, False, 0), "b": (0, False, 1)}, ("a", (0,)), WHOLE_MIXED),
+    Case("one model pattern: a whole card goes to the used node", {"a": Node((0, 0)), "b": Node((0, 0, 1000))},
+         C.request("v100-100"), {"a": (-50, True, 0), "b": (-50, False, 1)}, ("b", (0,)),
+         (TypicalPod(0, 1000, 1, 1.0),)),
 ]
 
 
