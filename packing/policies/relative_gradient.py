@@ -7,9 +7,9 @@ the key (lower is better) on a node where the request fits is
     a request with GPUs:    (−⌊gain / (STEP · size)⌋, fractional request and all cards empty, node order)
     a request without GPU:  (idle GPU milli of the node, −fgd_score(gain), node order)
 
-1. **relative levels**: two nodes tie when their gains differ by less than ``STEP`` (12 %) of what
-   the pod asks. FGD's ``int(100·sigmoid(gain/1000))`` tells gains 40 milli apart whatever the
-   size, finer than the online mix estimate resolves for a whole card or more;
+1. **relative levels**: two nodes tie when their gains fall in the same step of ``STEP`` (12 %) of
+   what the pod asks; FGD's ``int(100·sigmoid(gain/1000))`` steps by about 40 milli near 0
+   whatever the size;
 2. **consolidation for fractional requests only**: a slice goes to a node already holding work
    before an untouched one; whole cards follow the node order (first fit among equals);
 3. **best fit for GPU-less pods**, as in ``gradient-fit``.
