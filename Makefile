@@ -56,8 +56,9 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.run
 
 ## sweep-a: protocol A's placement table on all 24 openb pod lists in $$GPUSLICE_TRACES/alibaba-openb: the default,
-## best-fit, frag-gradient, relative-gradient and FGD under both tie rules, the offline reference, seeds 42-51 (about 82 min on 2 cores, timed in parts;
-## SWEEP_PROCESSES=N spreads the runs, SWEEP_ARGS adds options, e.g. --seeds 42-46); table on stdout, runs in sweep-a.json
+## best-fit, frag-gradient, relative-gradient and FGD under both tie rules, the offline reference, seeds 42-51
+## (about 82 min on 2 cores, timed in parts; SWEEP_PROCESSES=N spreads the runs, SWEEP_ARGS adds options,
+## e.g. --seeds 42-46); table on stdout, runs in sweep-a.json
 SWEEP_PROCESSES ?= 2
 sweep-a: $(STAMP)
 	@test -n "$$GPUSLICE_TRACES" || { echo "sweep-a: set GPUSLICE_TRACES to the folder holding alibaba-openb/" >&2; exit 2; }

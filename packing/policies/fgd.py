@@ -88,6 +88,12 @@ def best_placement(options: list[Placement]) -> Placement:
     return best
 
 
+def gpu_less_key(options: list[Placement], node: Node) -> NodeKey:
+    """A GPU-less pod's key where the gradient policies best-fit it: (idle GPU milli, −level, node
+    order). Such a pod has one placement per node, so ``options`` holds exactly one."""
+    return (node.free_gpu_milli, -fgd_score(options[0][0]), node.order)
+
+
 def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
     options = placements(ctx.mix(), ledger, request, node)
     return (-fgd_score(best_placement(options)[0]),) if options else None

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from packing.ledger import Ledger, Node
 from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
-from packing.policies.fgd import best_placement, fgd_pick, fgd_score, placements
+from packing.policies.fgd import best_placement, fgd_pick, fgd_score, gpu_less_key, placements
 from packing.policies.relative_gradient import relative_key
 from packing.products import Request
 
@@ -45,12 +45,11 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
     options = placements(mix, ledger, request, node)
     if not options:
         return None
-    if mix.mixed_models and not request.gpu_less:
-        return relative_key(options, request, node)
-    level = fgd_score(best_placement(options)[0])
     if request.gpu_less:
-        return (node.free_gpu_milli, -level, node.order)
-    return (-level, all(g.empty for g in node.gpus), node.order)
+        return gpu_less_key(options, node)
+    if mix.mixed_models:
+        return relative_key(options, request, node)
+    return (-fgd_score(best_placement(options)[0]), all(g.empty for g in node.gpus), node.order)
 
 
 GRADIENT_FIT = Policy(

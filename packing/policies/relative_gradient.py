@@ -26,7 +26,7 @@ import math
 
 from packing.ledger import Ledger, Node
 from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
-from packing.policies.fgd import Placement, fgd_pick, fgd_score, placements
+from packing.policies.fgd import Placement, fgd_pick, gpu_less_key, placements
 from packing.products import Request
 
 STEP = 0.12  # one level: a fragment gain of 12 % of the request's GPU milli
@@ -38,17 +38,16 @@ def relative_level(gain: float, request: Request) -> int:
 
 
 def relative_key(options: list[Placement], request: Request, node: Node) -> NodeKey:
-    """The key on ``node`` given the request's ``placements`` there (not empty)."""
-    gain = max(o[0] for o in options)
-    if request.gpu_less:
-        return (node.free_gpu_milli, -fgd_score(gain), node.order)
+    """The key on ``node`` of a request with GPUs, given its ``placements`` there (not empty)."""
     untouched = not request.whole and all(g.empty for g in node.gpus)
-    return (-relative_level(gain, request), untouched, node.order)
+    return (-relative_level(max(o[0] for o in options), request), untouched, node.order)
 
 
 def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
     options = placements(ctx.mix(), ledger, request, node)
-    return relative_key(options, request, node) if options else None
+    if not options:
+        return None
+    return gpu_less_key(options, node) if request.gpu_less else relative_key(options, request, node)
 
 
 RELATIVE_GRADIENT = Policy(
