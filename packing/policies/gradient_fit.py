@@ -1,30 +1,37 @@
-"""``gradient-fit`` (the default): FGD's fragment-gradient levels, consolidation, and best fit for pods without a GPU.
+"""``gradient-fit`` (the default): the fragment gradient in levels fit to the request, consolidation, best fit
+for pods without a GPU.
 
-With ``gain`` the drop in the expected fragment of the workload's typical pods at the node's best
-placement (``packing.policies.fgd``) and ``level = fgd_score(gain)``, ``int(100·sigmoid(gain/1000))``,
-the key (lower is better) on a node where the request fits is
+With ``gain`` the drop in the expected fragment of the workload's typical pods on the node
+(``packing.policies.fgd``), the key (lower is better) on a node where the request fits is
 
-    a request with GPUs:    (−level, all cards of the node empty, node order)
-    a request without GPU:  (idle GPU milli of the node, −level, node order)
+    a slice (a fraction of one card):  (−⌊gain / (16 % of the milli it asks)⌋, all cards of the node empty, node order)
+    whole cards:                       (−fgd_score(gain), all cards of the node empty, node order)
+    a request without GPU:             (idle GPU milli of the node, −fgd_score(gain), node order)
+
+with ``gain`` the largest over the node's placements and ``fgd_score(gain) = int(100·sigmoid(gain/1000))``,
+FGD's level.
 
 1. **the gradient** places a slice where it strands least of what the typical pods need: a
    card whose leftover they can still use, a node whose CPU and RAM still serve its idle cards;
-2. **consolidation**: within a level, a node already holding work before an untouched one, then
+2. **levels fit to the request**: a slice's level is a step of 16 % of its own size (40 milli for
+   a quarter card, 80 for a half), so a difference in gain counts by what the slice occupies; FGD's
+   sigmoid steps by about 40 milli near 0 and ever coarser beyond, whatever the size. Whole cards
+   keep FGD's levels: relative steps for them measured worse (``simulations/README.md``);
+3. **consolidation**: within a level, a node already holding work before an untouched one, then
    the node order (first fit among equals). Keys are unique per node, so strict filter narrows to
    one node and kube-scheduler's random tie-breaking cannot undo the packing (FGD, whose 101
    levels leave ties, loses about 5 points of GPU to random ties on ``openb``);
-3. **best fit for GPU-less pods**: a pod that needs only CPU and RAM goes first to the node with
+4. **best fit for GPU-less pods**: a pod that needs only CPU and RAM goes first to the node with
    the least idle GPU, where its CPU strands nothing, whatever the level says (on ``openb``'s
    CPU-heavy mixes, ``cpu200``–``cpu300``, this is worth up to a point of GPU over
    ``frag-gradient``, which puts the level first);
-4. **models**: while the typical pods name more than one GPU model pattern
-   (``TypicalMix.mixed_models``), a request with GPUs takes ``relative-gradient``'s key instead,
-   levels in steps of 12 % of its own size and consolidation for slices only. The gain then
-   hangs on the estimated share of each pinned shape, and FGD's fine levels follow that
+5. **models**: while the typical pods name more than one GPU model pattern
+   (``TypicalMix.mixed_models``), every request with GPUs takes ``relative-gradient``'s key
+   instead, levels in steps of 12 % of its own size and consolidation for slices only. The gain
+   then hangs on the estimated share of each pinned shape, and FGD's fine levels follow that
    estimate's noise (on ``gpuspec33`` the mix known in advance packs half a point better than the
-   mix learnt online); the coarser steps measured 0.08–0.94 point better on all five ``gpuspec``
-   lists, and worse on plain ones (``default``). A cluster of one model, the catalog's V100
-   included, never switches.
+   mix learnt online); these steps measured 0.08–0.94 point better on all five ``gpuspec`` lists.
+   A cluster of one model, the catalog's V100 included, never switches.
 
 The pick inside the node is FGD's. The mix is learnt online from the claims that arrive
 (``packing.mix_estimator``), in the extender and in the simulator alike. Why it is the default,
@@ -39,6 +46,8 @@ from packing.policies.fgd import best_placement, fgd_pick, fgd_score, gpu_less_k
 from packing.policies.relative_gradient import relative_key
 from packing.products import Request
 
+SLICE_STEP = 0.16  # one level of a slice: a fragment gain of 16 % of the milli it asks
+
 
 def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
     mix = ctx.mix()
@@ -49,13 +58,15 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
         return gpu_less_key(options, node)
     if mix.mixed_models:
         return relative_key(options, request, node)
+    if not request.whole:
+        return relative_key(options, request, node, SLICE_STEP)
     return (-fgd_score(best_placement(options)[0]), all(g.empty for g in node.gpus), node.order)
 
 
 GRADIENT_FIT = Policy(
     "gradient-fit",
-    "FGD's fragment-gradient levels learnt online (relative steps where models constrain), consolidation, "
-    "best fit for GPU-less pods (default)",
+    "fragment gradient learnt online, in steps of 16 % of a slice (FGD's levels for whole cards, 12 % steps for all "
+    "where models constrain), consolidation, best fit for GPU-less pods (default)",
     _key,
     fgd_pick,
     Capabilities(needs_mix=True, unique_keys=True),
