@@ -4,6 +4,7 @@ the values asked for. Bad values are refused by ``values.schema.json`` with the 
 
 from __future__ import annotations
 
+import json
 import re
 import tomllib
 from pathlib import Path
@@ -217,3 +218,13 @@ def test_helm_lint_passes(helm: Path) -> None:
     chart = Path(__file__).resolve().parents[2] / "deploy" / "chart"
     out = subprocess.run([str(helm), "lint", "--strict", str(chart)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_policy_values_are_the_policies_the_extender_serves() -> None:
+    # the schema's list is written out for helm; it must name exactly the registry's policies, default first
+    from packing.policies import DEFAULT_POLICY, policy_names
+
+    root = Path(__file__).resolve().parents[2] / "deploy" / "chart"
+    schema = json.loads((root / "values.schema.json").read_text())
+    assert schema["properties"]["policy"]["enum"] == policy_names()
+    assert yaml.safe_load((root / "values.yaml").read_text())["policy"] == DEFAULT_POLICY
