@@ -7,7 +7,7 @@ used. Then a filter is set algebra (candidates ∩ fits) plus a look-up per node
 
 Only node-local policies (a node's key reads that node alone) may cache keys; for any other policy
 the view caches fit and reasons, and keys are computed on demand. The keys of a policy that reads
-the workload mix are re-checked on every node when the mix moves (``Policy.mix_version``).
+the workload mix or the load phase are re-checked on every node when either moves (``Policy.key_version``).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class FitCache:
         self.ledger = ledger
         self.use = use
         self._views: dict[Request, ShapeView] = {}
-        self._mix_version = use.policy.mix_version
+        self._key_version = use.policy.key_version
 
     def touch(self, node: str) -> None:
         """``node`` changed (capacity, added, removed): every view re-checks it on next use."""
@@ -53,8 +53,8 @@ class FitCache:
         filters by them before it asks us), and pods pinned many ways must not thrash the views."""
         if request.constraints is not None:
             request = replace(request, constraints=None)
-        if self.use.node_local and self.use.policy.mix_version != self._mix_version:
-            self._mix_version = self.use.policy.mix_version
+        if self.use.node_local and self.use.policy.key_version != self._key_version:
+            self._key_version = self.use.policy.key_version
             for name in self.ledger.nodes:
                 self.touch(name)
         view = self._views.get(request)

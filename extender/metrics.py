@@ -55,6 +55,14 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("gpuslice_gpus", "GPUs in the ledger", value=values["gpus"])
         yield GaugeMetricFamily("gpuslice_ready", "1 when the extender serves decisions",
                                 value=1.0 if values.get("ready", True) else 0.0)
+        phase = values.get("phase")
+        if phase is not None:  # a policy that reads the load phase (gradient-fit): which rule places now
+            churning, ratio = phase
+            yield GaugeMetricFamily("gpuslice_placement_churning", "1 while departures keep pace with arrivals "
+                                    "and the policy places by best fit, 0 while the cluster fills",
+                                    value=1.0 if churning else 0.0)
+            yield GaugeMetricFamily("gpuslice_placement_departure_ratio", "Decayed departures per decayed arrival "
+                                    "(half-life 500 events); churning at 0.5 and above", value=ratio)
         yield GaugeMetricFamily("gpuslice_ledger_epoch", "When the ledger's current life began (ms since 1970): "
                                 "a change means a restart or a rebuild", value=values.get("epoch", 0))
 

@@ -198,7 +198,8 @@ class ExtenderState:
     def take_in(self, ask: PodAsk) -> bool:
         """The one place a claim the extender sees is first taken in (caller holds the lock); True when new.
 
-        A new claim's shape feeds the policy's mix estimator (nothing for a policy that reads no mix).
+        A new claim's shape feeds the policy's mix estimator and load phase (nothing for a policy
+        that reads neither).
         """
         new = self.cache.remember(ask)
         if new and ask.request is not None:
@@ -425,6 +426,8 @@ class ExtenderState:
                 waited = self.waiting.withdraw(pod_uid)
                 if bound is not None:
                     self.waiting.depart(pod_uid, now)
+            if bound is not None and alloc is not None:
+                self.policy.observe_departure()  # a bound slice freed: the load phase counts it, once it is done
             found = alloc is not None or bound is not None or waited
         if found:
             self.binder.release(pod_uid)
@@ -469,7 +472,8 @@ class ExtenderState:
             return self.cache.ask(uid)
 
     def gauges(self) -> dict[str, Any]:
-        """Free slices per product, nodes by enforcement, waiting / reserved / committed claims, the epoch.
+        """Free slices per product, nodes by enforcement, waiting / reserved / committed claims, the epoch,
+        the policy's load phase (churning, departures per arrival; None for a policy that reads none).
 
         The queue's figures are read now; the ledger's walk every GPU, so they are kept until the
         ledger next changes (every change goes through the cache and bumps its generation).
@@ -487,8 +491,9 @@ class ExtenderState:
                     "gpus": len(self.ledger.gpus),
                     "nodes_by_enforcement": {e.value: n for e, n in self.inventory.by_enforcement().items()},
                 })
+            phase = self.policy.context.phase
             return {**self._gauges[1], "waiting": len(self.waiting), "epoch": self.cache.epoch,
-                    "ready": self.ready}
+                    "ready": self.ready, "phase": None if phase is None else (phase.churning, phase.ratio)}
 
     def _free_slices(self) -> dict[str, int]:
         return {p.name: self.ledger.free_slices(self.catalog.request(p.name)) for p in self.catalog.products}

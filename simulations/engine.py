@@ -219,6 +219,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
             if kind == _DEPART:
                 alloc = ledger.allocations[claim]
                 queue.depart(claim, now)
+                policy.observe_departure()  # the load phase counts every departure, as the extender does
                 give(alloc)
                 events += 1
             elif kind == _BIND and generation[j] == gen and claim in ledger.allocations:
@@ -226,7 +227,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                 heapq.heappush(heap, (now + runtime[j], _DEPART, j, gen))
         while next_job < n and arrival[next_job] <= now:
             job = jobs[next_job]
-            policy.observe(requests[next_job])  # the mix estimator sees every arrival, as the extender does
+            policy.observe(requests[next_job])  # the mix estimator and the phase see every arrival, as in the extender
             limit = job.duration if config.declare_limits else None
             queue.arrive(WaitingClaim(f"j{next_job}", job.namespace, requests[next_job], arrived_at=job.arrival,
                                       priority=job.priority, time_limit=limit))

@@ -15,8 +15,8 @@ Tie order: the ledger's node order, which the simulator sets to a per-seed permu
 
 ``KeyCache`` memoises node keys per request shape and re-scores only the nodes the ledger
 changed since that shape was last seen. It is exact for every policy that declares its key
-``node_local``; for one that reads the workload mix it starts afresh whenever the mix's version
-moves. A ``sampled`` policy (random fit) answers ``best_nodes`` itself. An ``indexed`` policy
+``node_local``; for one that reads the workload mix or the load phase it starts afresh whenever
+``Policy.key_version`` moves. A ``sampled`` policy (random fit) answers ``best_nodes`` itself. An ``indexed`` policy
 (best fit) can also go through the ledger's sorted index (``use_index``): the same answers,
 slower when many requests fit nowhere or need no GPU.
 
@@ -97,7 +97,7 @@ class KeyCache:
     Nodes in equal states get equal keys (the key is node-local), so a key is computed once per
     (request shape, node state) and looked up for every node in that state; for a policy with
     ``unique_keys``, the state's part of the key is shared and each node's order appended. Keys of
-    a policy that reads the mix are dropped whenever ``policy.mix_version`` moves.
+    a policy that reads the mix or the load phase are dropped whenever ``policy.key_version`` moves.
     """
 
     def __init__(self, ledger: TrackedLedger, policy: Policy, max_shapes: int = MAX_CACHED_SHAPES) -> None:
@@ -109,9 +109,9 @@ class KeyCache:
         self._node_state: dict[str, int] = {}
         self._state_cursor = 0
         self._order_last = policy.capabilities.unique_keys
-        self._mix_version = policy.mix_version
+        self._key_version = policy.key_version
         self.rescored = 0  # node keys actually computed, for benchmarks
-        self.resets = 0  # times the mix moved and every key was dropped
+        self.resets = 0  # times the mix or the phase moved and every key was dropped
 
     def _sync_states(self) -> None:
         log = self.ledger.changes
@@ -164,9 +164,9 @@ class KeyCache:
             shape.ranked.add(entry)
 
     def _current(self, request: Request) -> _Shape:
-        version = self.policy.mix_version
-        if version != self._mix_version:  # the mix moved: every key may have changed
-            self._mix_version = version
+        version = self.policy.key_version
+        if version != self._key_version:  # the mix or the phase moved: every key may have changed
+            self._key_version = version
             self._shapes.clear()
             self.resets += 1
         self._sync_states()

@@ -10,12 +10,13 @@ One policy yields both answers kube-scheduler needs, so they cannot disagree:
   ``(node_key, node order)``, i.e. the node key then a stable node order.
 
 A policy is immutable. What it reads besides the ledger travels in its ``PolicyContext``: the
-workload mix (fragmentation-aware policies) and a random generator (random fit). The registry
+workload mix (fragmentation-aware policies), the load phase (filling or churning, ``gradient-fit``)
+and a random generator (random fit). The registry
 (``packing.policies.registry``) holds context-free entries; ``policy_for`` gives a user (the
 extender, one simulator run) its own instance.
 
 ``Capabilities`` say what callers may rely on instead of checking names: whether keys can be
-cached per node, whether the key follows the mix (drop cached keys when ``mix_version`` moves),
+cached per node, whether the key follows the mix or the phase (drop cached keys when ``key_version`` moves),
 whether a logarithmic fast path answers ``best_nodes``, whether keys are unique per node.
 """
 
@@ -28,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 from packing.fragment import EMPTY_MIX, TypicalMix
 from packing.ledger import Allocation, Gpu, Ledger, LedgerError, Misfit, Node, NoFit
+from packing.load_phase import LoadPhase
 from packing.mix_estimator import MixSource
 from packing.products import Request
 
@@ -51,6 +53,7 @@ class Capabilities:
     node_local: bool = True  # the key reads that node's own state only (and the mix, when needs_mix)
     indexed: bool = False  # best_nodes has a logarithmic fast path through the ledger's sorted index
     needs_mix: bool = False  # the key reads the workload's typical-pod mix (PolicyContext.mix)
+    needs_phase: bool = False  # the key reads the load phase, filling or churning (PolicyContext.phase)
     workload_mix: bool = False  # a baseline whose mix is the whole workload, known in advance (FGD's artifact)
     unique_keys: bool = False  # the key ends with the node's order: it never leaves ties to the scheduler
     sampled: bool = False  # best_nodes is a random draw among fitting nodes, not an argmin of keys
@@ -59,14 +62,20 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy reads besides the ledger: the workload mix and a random generator."""
+    """What a policy reads besides the ledger: the workload mix, the load phase and a random generator."""
 
     mix_source: MixSource | None = None
     rng: random.Random | None = None
+    phase: LoadPhase | None = None
 
     def mix(self) -> TypicalMix:
         """The current typical mix (empty without a source: every placement scores alike)."""
         return EMPTY_MIX if self.mix_source is None else self.mix_source.mix()
+
+    @property
+    def churning(self) -> bool:
+        """Departures keep pace with arrivals (``packing.load_phase``); False without a phase: filling."""
+        return self.phase is not None and self.phase.churning
 
     def random(self) -> random.Random:
         return self.rng if self.rng is not None else _FALLBACK_RNG
@@ -151,15 +160,26 @@ class Policy:
         return replace(self, context=context)
 
     def observe(self, request: Request) -> None:
-        """A claim arrived: the mix source learns its shape (nothing for policies without one)."""
+        """A claim arrived: the mix source learns its shape, the phase counts it (nothing for policies
+        without them)."""
         if self.context.mix_source is not None:
             self.context.mix_source.observe(request)
+        if self.context.phase is not None:
+            self.context.phase.arrive()
+
+    def observe_departure(self) -> None:
+        """A bound claim left and freed its slice: the phase counts it (nothing for policies without one)."""
+        if self.context.phase is not None:
+            self.context.phase.depart()
 
     @property
-    def mix_version(self) -> int:
-        """Changes whenever the mix the keys read changes (0 for policies that read none)."""
-        source = self.context.mix_source
-        return source.version if source is not None and self.capabilities.needs_mix else 0
+    def key_version(self) -> int:
+        """Changes whenever what the keys read besides the ledger changes, the mix or the phase (0 for
+        policies that read neither); both counters only grow, so their sum moves with either."""
+        caps, ctx = self.capabilities, self.context
+        mix = ctx.mix_source.version if ctx.mix_source is not None and caps.needs_mix else 0
+        phase = ctx.phase.version if ctx.phase is not None and caps.needs_phase else 0
+        return mix + phase
 
     # ---- over many nodes ------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from packing.load_phase import LoadPhase
 from packing.mix_estimator import MixEstimator, MixSource
 from packing.policies.base import Policy, PolicyContext
 from packing.policies.best_fit import BEST_FIT
@@ -48,9 +49,11 @@ def get_policy(name: str) -> Policy:
 
 def policy_for(name: str, mix: MixSource | None = None, seed: int = 0, prior: Iterable[Request] = ()) -> Policy:
     """A policy of its own for one user: ``mix`` (default: a fresh ``MixEstimator`` starting from
-    ``prior`` when the policy reads the mix) and a random generator seeded with ``seed`` when it samples."""
+    ``prior`` when the policy reads the mix), a fresh ``LoadPhase`` (filling) when it reads the phase,
+    and a random generator seeded with ``seed`` when it samples."""
     policy = get_policy(name)
     caps = policy.capabilities
     source = (mix or MixEstimator(prior=prior)) if caps.needs_mix else None
     rng = random.Random(seed) if caps.sampled else None
-    return policy.with_context(PolicyContext(source, rng))
+    phase = LoadPhase() if caps.needs_phase else None
+    return policy.with_context(PolicyContext(source, rng, phase))

@@ -11,7 +11,9 @@ releases, some claims waiting for room) on a few dozen nodes runs twice:
   (the first of the filter's answer among equal scores: kube-scheduler picks one of them at
   random, and for a policy with unique keys there is only one).
 
-Both must agree on every claim: whether and when it started, its node, its GPUs. The node order
+Both must agree on every claim: whether and when it started, its node, its GPUs. Under
+``gradient-fit`` the trace places claims in both load phases (filling: the gradient; churning,
+once departures keep pace: best fit), read from the extender's ``gpuslice_placement_churning``. The node order
 is the simulator's per-seed order, so the node list is written so that node-i gets order i, the
 order the extender's seeded nodes have.
 """
@@ -78,8 +80,17 @@ def gpu_indices(uuids: list[str]) -> tuple[int, ...]:
     return tuple(int(u.rsplit("gpu", 1)[1].lstrip("-")) for u in uuids)
 
 
-def served(client: ExtenderClient, jobs: list[Job]) -> dict[str, tuple[float, str, tuple[int, ...]]]:
-    """Drive the extender through the trace like kube-scheduler; every bound claim's (start, node, GPUs)."""
+def churning(client: ExtenderClient) -> bool | None:
+    """The extender's load phase from /metrics (None for a policy that reads none)."""
+    _, text = client.request_raw("GET", "/metrics")
+    lines = [x for x in text.decode().splitlines() if x.startswith("gpuslice_placement_churning ")]
+    return float(lines[0].split()[1]) == 1.0 if lines else None
+
+
+def served(client: ExtenderClient, jobs: list[Job],
+           phases: list[bool | None] | None = None) -> dict[str, tuple[float, str, tuple[int, ...]]]:
+    """Drive the extender through the trace like kube-scheduler; every bound claim's (start, node, GPUs).
+    ``phases`` gets the load phase each claim was placed in."""
     names = [f"node-{i}" for i in range(NODES)]
     docs = {j.name: pod(j.name, j.product, count=j.count) for j in jobs}
     departures: list[tuple[float, str]] = []
@@ -95,6 +106,8 @@ def served(client: ExtenderClient, jobs: list[Job]) -> dict[str, tuple[float, st
             return False
         status, scores = client.post("/prioritize", filter_args(doc, reply["NodeNames"]))
         assert status == 200
+        if phases is not None:
+            phases.append(churning(client))
         top = max(s["Score"] for s in scores)
         node = next(s["Host"] for s in scores if s["Score"] == top)  # kube-scheduler: one of the top, at random
         status, bound = client.post("/bind", binding_args(doc, node))
@@ -137,8 +150,11 @@ def test_every_claim_lands_where_the_extender_puts_it(extender: ExtenderClient, 
     write_jobs(trace, jobs)
     write_nodes(nodes)
     sim = simulated(tmp_path, trace, nodes, policy)
-    real = served(extender, jobs)
+    phases: list[bool | None] = []
+    real = served(extender, jobs, phases)
     assert len(real) == CLAIMS  # every claim started in the end
+    if policy == "gradient-fit":  # the trace placed claims in both of its phases: filling, then churning
+        assert phases.count(False) >= 10 and phases.count(True) >= 10, (phases.count(False), phases.count(True))
     waited = sum(1 for j in jobs if real[j.name][0] > j.arrival)
     assert waited >= 10  # the trace exercised the queue, not only free capacity
     assert set(sim) == set(real)

@@ -37,6 +37,7 @@ class Case:
     keys: dict[str, NodeKey | None]  # every node's expected key (None: does not fit)
     choice: tuple[str, tuple[int, ...]] | None  # (node, card indices), None: fits nowhere
     mix: tuple[TypicalPod, ...] = field(default=())
+    churning: bool = False  # the load phase the policy reads (one arrival then one departure), if it reads one
 
 
 def ledger_of(nodes: dict[str, Node]) -> Ledger:
@@ -56,6 +57,11 @@ def ledger_of(nodes: dict[str, Node]) -> Ledger:
 def check(policy_name: str, case: Case) -> None:
     """The policy's keys and choice on the case's cluster equal the table's."""
     policy: Policy = policy_for(policy_name, FixedMix(TypicalMix(case.mix)))
+    if case.churning:
+        assert policy.context.phase is not None, f"{policy_name} reads no load phase"
+        policy.context.phase.arrive()
+        policy.observe_departure()
+        assert policy.context.churning
     ledger = ledger_of(case.nodes)
     got = {n: policy.node_key(ledger, case.request, ledger.nodes[n]) for n in case.nodes}
     assert got == case.keys, case.name

@@ -64,6 +64,8 @@ def test_metrics_show_requests_latency_placements_failures_capacity_and_queue() 
         "gpuslice_pending_claims 1.0",
         'gpuslice_claims{state="bound"} 1.0',
         "gpuslice_ready 1.0",
+        "gpuslice_placement_churning 0.0",  # the default policy reads the load phase: nothing left yet
+        "gpuslice_placement_departure_ratio 0.0",
     ):
         assert needle in text, needle
 

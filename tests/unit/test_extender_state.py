@@ -563,3 +563,23 @@ TestCooperativeMachine = CooperativeMachine.TestCase
 TestCooperativeMachine.settings = TestStrictMachine.settings
 TestFragAwareMachine = FragAwareMachine.TestCase
 TestFragAwareMachine.settings = TestStrictMachine.settings
+
+
+def test_only_a_bound_pod_leaving_counts_as_a_departure_for_the_load_phase() -> None:
+    state = make_state(policy="gradient-fit")
+    phase = state.policy.context.phase
+    assert phase is not None
+    reserved, bound = pod("r", "v100-50"), pod("b", "v100-50")
+    assert state.filter(fargs(reserved, names(3))).result.node_names
+    out = state.filter(fargs(bound, names(3)))
+    assert state.bind(bargs(bound, out.result.node_names[0])).ok
+    assert (phase.arrivals > 0, phase.departures) == (True, 0.0)
+    assert state.release(reserved["metadata"]["uid"])  # a reservation lapses or its pod goes: nothing ran
+    assert phase.departures == 0.0 and not phase.churning
+    assert state.gauges()["phase"] == (False, 0.0)
+    assert state.release(bound["metadata"]["uid"])  # the bound pod finished: its slice is freed
+    assert phase.departures == 1.0 and phase.churning
+    assert state.gauges()["phase"] == (True, phase.ratio)
+    assert not state.release(bound["metadata"]["uid"])  # gone already: counted once
+    assert phase.departures == 1.0
+    assert make_state(policy="best-fit").gauges()["phase"] is None

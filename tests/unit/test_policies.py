@@ -390,11 +390,11 @@ def test_policy_registry_is_one_immutable_mapping() -> None:
 def test_policy_for_gives_each_user_its_own_context() -> None:
     a, b = policy_for(DEFAULT_POLICY), policy_for(DEFAULT_POLICY)
     assert a.context.mix_source is not None and a.context.mix_source is not b.context.mix_source
-    version = a.mix_version
+    version = a.key_version
     a.observe(Q)
-    assert a.mix_version != version and b.mix_version == version
+    assert a.key_version != version and b.key_version == version
     assert get_policy(DEFAULT_POLICY).context.mix_source is None  # the registry's entry stays context-free
-    assert policy_for("best-fit") == BEST_FIT and policy_for("best-fit").mix_version == 0
+    assert policy_for("best-fit") == BEST_FIT and policy_for("best-fit").key_version == 0
     rng_a, rng_b = policy_for("random", seed=7).context.rng, policy_for("random", seed=7).context.rng
     assert rng_a is not None and rng_b is not None and rng_a.random() == rng_b.random()
 

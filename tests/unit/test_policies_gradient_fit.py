@@ -1,6 +1,7 @@
-"""``gradient-fit`` (the default)'s table: a slice (−⌊gain / (16 % of its milli)⌋, all cards empty, order); whole
-cards (−FGD's level, all cards empty, order); no GPU: (idle GPU, −level, order); relative-gradient's key while the
-typical pods name several models."""
+"""``gradient-fit`` (the default)'s table. While the cluster fills: a slice (−⌊gain / (16 % of its milli)⌋, all
+cards empty, order); whole cards (−FGD's level, all cards empty, order); no GPU: (idle GPU, −level, order);
+relative-gradient's key while the typical pods name several models. Once it churns: (best-fit's key, order) and
+best fit's tightest card."""
 
 from __future__ import annotations
 
@@ -59,6 +60,20 @@ TABLE = [
     Case("one model pattern: a whole card goes to the used node", {"a": Node((0, 0)), "b": Node((0, 0, 1000))},
          C.request("v100-100"), {"a": (-50, True, 0), "b": (-50, False, 1)}, ("b", (0,)),
          (TypicalPod(0, 1000, 1, 1.0),)),
+    # the "used node first" case above, churning: best fit's (leftover on the tightest card, free GPU, order)
+    Case("churning: a slice takes best fit's key", {"a": Node((0,)), "b": Node((0, 0, 1000))}, H,
+         {"a": (500, 1000, 0), "b": (500, 2000, 1)}, ("a", (0,)), MIX, churning=True),
+    # filling, FGD's pick takes card 0: either card leaves room the typical half-card pod can use (gain 0
+    # both), the first in card order wins; best fit takes the card with 500 free
+    Case("churning: the pick is best fit's tightest card", {"a": Node((0, 500))}, H,
+         {"a": (0, 1500, 0)}, ("a", (1,)), (TypicalPod(0, 500, 1, 1.0),), churning=True),
+    # the "whole card goes to the used node" case above, churning: (empty cards, free GPU, order)
+    Case("churning: a whole card takes best fit's key", {"a": Node((0, 0)), "b": Node((0, 0, 1000))},
+         C.request("v100-100"), {"a": (2, 2000, 0), "b": (2, 2000, 1)}, ("a", (0,)),
+         (TypicalPod(0, 1000, 1, 1.0),), churning=True),
+    Case("churning: no GPU, best fit's (0, idle GPU, order)",
+         {"a": Node((1000, 0), cpu=10000), "b": Node((1000,), cpu=6000)}, Request(0, count=0, cpu_milli=4000),
+         {"a": (0, 1000, 0), "b": (0, 0, 1)}, ("b", ()), CPU_MIX, churning=True),
 ]
 
 
