@@ -39,8 +39,8 @@ FGD's level.
    key is ``best-fit``'s followed by the node order, and the pick its tightest card(s). In FGD's
    setting (no departures) the gradient packs 0.4–9.8 points of GPU better than best fit; with
    departures (protocol B, ρ 0.85) it bought nothing on single-card ``default`` and ``gpushare100``
-   and cost about 200 min of p99 wait on ``multigpu50``, where best fit keeps whole nodes for the
-   8-card jobs. Room freed by departures is what best fit fills tightly.
+   and cost 240 ± 155 min of p99 wait on ``multigpu50`` (``simulations/README.md``). Protocol A
+   has no departures: there the phase never leaves filling.
 
 While filling, the pick inside the node is FGD's. The mix is learnt online from the claims that arrive
 (``packing.mix_estimator``), in the extender and in the simulator alike. Why it is the default,
