@@ -9,9 +9,9 @@ with ``gain`` the drop in the expected fragment of the workload's typical pods o
     whole cards:                       (−fgd_score(gain), all cards of the node empty, node order)
     a request without GPU:             (idle GPU milli of the node, −fgd_score(gain), node order)
 
-and once the cluster churns, for every request, ``(best-fit's key, node order)`` (``packing.policies.best_fit``),
 with ``gain`` the largest over the node's placements and ``fgd_score(gain) = int(100·sigmoid(gain/1000))``,
-FGD's level.
+FGD's level. Once the cluster churns, the key of every request is ``(best-fit's key, node order)``
+(``packing.policies.best_fit``).
 
 1. **the gradient** places a slice where it strands least of what the typical pods need: a
    card whose leftover they can still use, a node whose CPU and RAM still serve its idle cards;
@@ -50,16 +50,13 @@ with the measurements: ``simulations/README.md``.
 from __future__ import annotations
 
 from packing.ledger import Ledger, Node
-from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext, pick_with, tightest
-from packing.policies.best_fit import best_fit_key
+from packing.policies.base import Capabilities, NodeKey, Policy, PolicyContext
+from packing.policies.best_fit import BEST_FIT, best_fit_key
 from packing.policies.fgd import best_placement, fgd_pick, fgd_score, gpu_less_key, placements
 from packing.policies.relative_gradient import relative_key
 from packing.products import Request
 
 SLICE_STEP = 0.16  # one level of a slice: a fragment gain of 16 % of the milli it asks
-
-
-_TIGHTEST = pick_with(tightest)
 
 
 def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> NodeKey | None:
@@ -80,7 +77,7 @@ def _key(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> No
 
 
 def _pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> tuple[str, ...] | None:
-    return _TIGHTEST(ctx, ledger, request, node) if ctx.churning else fgd_pick(ctx, ledger, request, node)
+    return BEST_FIT.pick_fn(ctx, ledger, request, node) if ctx.churning else fgd_pick(ctx, ledger, request, node)
 
 
 GRADIENT_FIT = Policy(
