@@ -33,6 +33,7 @@ import yaml
 
 from extender.certs.plan import METRICS_SECRET
 from extender.cluster.kube import Kube, KubeError
+from packing.policies import DEFAULT_POLICY
 from tests.chart.helm import HelmUnavailable, helm_binary, objects, template
 from tests.chart.matrix import MATRIX
 from tests.chart.schemas import SchemasUnavailable, crd_documents
@@ -299,7 +300,7 @@ def test_gpuslice_status_reaches_the_tls_service_with_the_charts_secrets_and_set
     assert settings["GPUSLICE_STATUS_SERVER_NAME"] == "gpuslice-extender.gpuslice-system.svc"
     out = run_cli(gs.kubeconfig, "status", env={**settings, "HOME": str(gs.work)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("mode strict, policy best-fit, ready True"), out.stdout
+    assert out.stdout.startswith(f"mode strict, policy {DEFAULT_POLICY}, ready True"), out.stdout  # the chart's
     wrong = run_cli(gs.kubeconfig, "status", env={**settings, "GPUSLICE_STATUS_SERVER_NAME": "someone-else.svc",
                                                  "HOME": str(gs.work)})
     assert wrong.returncode == 1 and "certificate" in wrong.stderr.lower(), wrong.stderr
