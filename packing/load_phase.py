@@ -12,7 +12,8 @@ with ``h`` the half-life in events (default 500) and ``θ`` the threshold (defau
 of arrivals only (FGD's protocol A, a new cluster filling up) never churns; a steady state, where
 departures match arrivals (d ≈ a), churns whatever its load. A claim that leaves without having
 been bound (withdrawn, a lapsed reservation, a rolled-back bind) is no departure: it freed
-nothing that was placed for good.
+nothing that was placed for good. The phase is soft state: a restarted extender starts filling,
+its adopted pods count as arrivals, and it churns again as their departures come in.
 
 Invariants (``_check``): ``a, d ≥ 0``; ``churning`` is the formula above on the current counts;
 ``version`` counts the flips, so key caches drop their keys exactly when the phase changes.
