@@ -169,9 +169,18 @@ def main(argv: Sequence[str]) -> int:
         return 2
 
 
+def _phase_words(phase: dict[str, Any] | None) -> str:
+    """Which rule places now, for a policy that reads the load phase ("" for one that reads none)."""
+    if not phase:
+        return ""
+    rule = "best fit (churning)" if phase["churning"] else "the fragment gradient (filling)"
+    return f", placing by {rule}, departures per arrival {phase['departure_ratio']:.2f}"
+
+
 def _render(state: dict[str, Any]) -> str:
     lines = [f"mode {state['mode']}, policy {state['policy']}, ready {state['ready']}, epoch {state['epoch']}, "
-             f"reservation TTL {state['reservation_ttl_s']} s" + ("" if state["durable"] else ", not durable")]
+             f"reservation TTL {state['reservation_ttl_s']} s" + ("" if state["durable"] else ", not durable")
+             + _phase_words(state.get("placement_phase"))]
     lines.append(f"free slices: {', '.join(f'{p} x{n}' for p, n in state['free_slices'].items())}")
     lines.append(f"nodes ({len(state['nodes'])}):")
     for node in state["nodes"]:

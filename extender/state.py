@@ -495,6 +495,13 @@ class ExtenderState:
             return {**self._gauges[1], "waiting": len(self.waiting), "epoch": self.cache.epoch,
                     "ready": self.ready, "phase": None if phase is None else (phase.churning, phase.ratio)}
 
+    def _placement_phase(self) -> dict[str, Any] | None:
+        """The load phase the policy places by (``packing.load_phase``); None for a policy that reads none."""
+        phase = self.policy.context.phase
+        if phase is None:
+            return None
+        return {"churning": phase.churning, "departure_ratio": round(phase.ratio, 4)}
+
     def _free_slices(self) -> dict[str, int]:
         return {p.name: self.ledger.free_slices(self.catalog.request(p.name)) for p in self.catalog.products}
 
@@ -536,6 +543,7 @@ class ExtenderState:
             return {
                 "mode": self.config.mode,
                 "policy": self.policy.name,
+                "placement_phase": self._placement_phase(),
                 "ready": self.ready,
                 "epoch": self.cache.epoch,
                 "durable": not self.config.standalone,  # standalone keeps its state in this process only

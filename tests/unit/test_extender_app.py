@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from extender.app import create_app
+from extender.cli import _render
 from extender.config import ExtenderConfig
 from extender.samples import binding_args, filter_args, gpu_node, pod
 from extender.standalone import build_state
@@ -79,6 +80,10 @@ def test_state_view_shows_ledger_allocations_and_queue() -> None:
     assert [n["name"] for n in doc["nodes"]] == NAMES
     assert doc["allocations"][0]["state"] == "reserved" and doc["allocations"][0]["pod"] == "default/a"
     assert doc["queue"][0]["pod"] == "default/huge" and doc["queue"][0]["position"] == 1
+    assert doc["placement_phase"] == {"churning": False, "departure_ratio": 0.0}  # the default reads the phase
+    assert _render(doc).splitlines()[0].endswith(
+        ", placing by the fragment gradient (filling), departures per arrival 0.00")
+    assert setup(policy="best-fit")[1].get("/state").get_json()["placement_phase"] is None
     assert client.post("/state").status_code == 405
 
 
