@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 
 DEFAULT_HALF_LIFE = 500.0  # events
 DEFAULT_THRESHOLD = 0.5  # departures per arrival, decayed, at and above which the cluster churns
-_NEGLIGIBLE = 1e-200
 
 
 @dataclass
@@ -65,8 +64,6 @@ class LoadPhase:
     def _step(self, arrival: float, departure: float) -> None:
         self.arrivals = self.arrivals * self._decay + arrival
         self.departures = self.departures * self._decay + departure
-        if self.arrivals < _NEGLIGIBLE:  # only departures for a very long time: keep the ratio finite
-            self.arrivals = 0.0
         churning = self.arrivals > 0 and self.departures >= self.threshold * self.arrivals
         if churning != self.churning:
             self.churning = churning

@@ -11,9 +11,8 @@ One policy yields both answers kube-scheduler needs, so they cannot disagree:
 
 A policy is immutable. What it reads besides the ledger travels in its ``PolicyContext``: the
 workload mix (fragmentation-aware policies), the load phase (filling or churning, ``gradient-fit``)
-and a random generator (random fit). The registry
-(``packing.policies.registry``) holds context-free entries; ``policy_for`` gives a user (the
-extender, one simulator run) its own instance.
+and a random generator (random fit). The registry (``packing.policies.registry``) holds
+context-free entries; ``policy_for`` gives a user (the extender, one simulator run) its own instance.
 
 ``Capabilities`` say what callers may rely on instead of checking names: whether keys can be
 cached per node, whether the key follows the mix or the phase (drop cached keys when ``key_version`` moves),
