@@ -3,7 +3,8 @@
 Per holder (labels ``namespace``, ``pod``, ``container``, ``gpu``): memory used and its cap,
 measured compute share and the share it is steered to, seconds frozen, processes killed. Per
 node: NVML errors and timeouts, skipped memory checks (missing data), freeze/thaw failures,
-freezes cut by the ceiling, holders seen, processes on a GPU their pod holds no slice of,
+freezes cut by the ceiling, slots in which the pacer's work-conservation backstop thawed one
+more, holders seen, processes on a GPU their pod holds no slice of,
 containers that cannot be paced, health; whether the hand-off gives containers the in-container
 limiter, and how many it handed without. Running totals are counters (``_total``); what is true
 now is a gauge. Series of holders that have left the node are removed, so the registry does not
@@ -92,6 +93,11 @@ class AgentMetrics:
         self.freeze_errors = Counter(
             "gpuslice_agent_freeze_errors_total", "Freeze or thaw writes that failed", registry=r
         )
+        self.backstop_slots = Counter(
+            "gpuslice_agent_pacer_backstop_slots",
+            "Slots in which the pacer thawed one slice more than its demand estimates asked (freezes idled the GPU)",
+            registry=r,
+        )
         self.ceiling_thaws = Counter(
             "gpuslice_agent_ceiling_thaws_total",
             "Freezes cut at the freeze ceiling because the control loop was late",
@@ -153,6 +159,7 @@ class AgentMetrics:
         t.set(self.skipped, agent.watchdog.skipped_unknown)
         t.set(self.freeze_errors, agent.freezer.errors)
         t.set(self.ceiling_thaws, agent.freezer.ceiling_thaws)
+        t.set(self.backstop_slots, sum(state.pacer.backstop_slots for state in agent.gpus.values()))
         self.off_slice.set(len(agent.attributor.off_slice))
         self.unpaceable.set(len(agent.unpaceable))
         self.holders.set(len(rows))

@@ -29,7 +29,13 @@ Pure: no I/O, no clock of its own. The agent feeds it measured GPU time per hold
 * **Decision.** Thaw holders with positive (predicted) credit, holders in their start-up grace,
   and any holder that would otherwise stay frozen longer than ``max_freeze_s``. Then, while the
   thawed holders' summed fill is below one GPU, thaw the one with the most credit per weight:
-  pacing never idles the GPU on purpose. With one active holder (or none), everything is thawed.
+  pacing never idles the GPU on purpose. A fill can be overestimated where no evidence reached it
+  (two holders frozen in turns, slot by slot, are never thawed through a whole busy sample), so
+  GPU idle beyond the floor while someone was frozen is also averaged for the GPU as a whole
+  (``waste``, a leak of ``waste_memory_s``: sustained idle, not the transients of a freeze); past
+  ``waste_share`` one holder more than the fills ask for is thawed until the average falls back,
+  which bounds that idle near ``waste_share`` (plus the 1 % floor, within S2's ``eta``). With one
+  active holder (or none), everything is thawed.
 
 **Guarantees** (each checked by a property test against the simulated GPU, see README.md for the
 measured figures): no freeze lasts longer than ``max_freeze_s``, so every demanding holder runs
@@ -75,6 +81,8 @@ class PacerParams:
     relearn_s: float = 30.0  # demand evidence older than this is dropped and the holder tested again
     freeze_idle_s: float = 0.05  # idle GPU time (leaky sum) while someone was frozen that proves the rest
     idle_memory_s: float = 2.0  # time constant of that leaky sum
+    waste_memory_s: float = 10.0  # time constant of the GPU's idle-beside-freezes average (sustained, not transients)
+    waste_share: float = 0.015  # that average past which one more is thawed (+1 % floor: S2's eta of 0.03 holds)
     busy_span_s: float = 1.2  # what one GPU busy sample may cover: NVML's window (up to 1 s) plus its delay
     recent_s: float = 3.0  # how far back "while someone was frozen" looks (NVML windows and delay)
     report_window_s: float = 10.0  # measured share in views() is over this window
@@ -188,6 +196,8 @@ class GpuPacer(Generic[K]):
         self.epoch_busy = 0.0
         self._busy_at: float | None = None
         self._recent_freezing: deque[tuple[float, float]] = deque()
+        self.waste = 0.0  # leaky sum of GPU idle beyond the floor while someone was frozen recently
+        self.backstop_slots = 0  # slots in which one more was thawed than the fills asked for
 
     # --- measurement ---------------------------------------------------------------------------
     def observe(self, t0: float, t1: float, used: Mapping[K, float], busy: float | None = None) -> None:
@@ -287,11 +297,13 @@ class GpuPacer(Generic[K]):
         leak = math.exp(-dt / p.idle_memory_s)
         for h in self.holders.values():
             h.freeze_idle *= leak
+        self.waste *= math.exp(-dt / p.waste_memory_s)
         if not any(slot.any_frozen and slot.t1 >= now - p.recent_s for slot in self.log):
             return
         idle = max(0.0, 1.0 - busy - 0.01) * dt
         if idle <= 0:
             return
+        self.waste += idle
         span = [slot for slot in self.log if slot.t1 > now - p.busy_span_s and slot.t0 < now]
         freezing = sum(f for _, f in self._recent_freezing)
         for k, h in self.holders.items():
@@ -307,6 +319,11 @@ class GpuPacer(Generic[K]):
             if (freezing > 0 and beside >= 0.5 * freezing and thawed > _EPS and now >= h.grace_until
                     and used / thawed < 1 - p.margin):
                 self._proven(h, used / thawed, now)
+
+    @property
+    def wasting(self) -> bool:
+        """Freezes idled the GPU beyond ``waste_share`` on average lately: a fill is overestimated."""
+        return self.waste >= self.params.waste_share * self.params.waste_memory_s
 
     def _proven(self, h: _Holder, rate: float, now: float) -> None:
         """Evidence that ``rate`` is all the holder wants: it sets the target cap and the fill."""
@@ -425,10 +442,15 @@ class GpuPacer(Generic[K]):
             overdue = h.frozen_since is not None and now - h.frozen_since + p.slot_s > p.max_freeze_s + _EPS
             if now < h.grace_until or credit[k] > 0 or overdue:
                 thaw.add(k)
+        # The frozen, most credit per weight first (ties in the order of ``active``).
+        owed = {k: credit[k] / self.holders[k].weight for k in active if k not in thaw}
+        rest = sorted(owed, key=owed.__getitem__, reverse=True)
         # Work conservation: the thawed holders must be able to use the whole GPU between them.
-        while sum(self.holders[k].fill for k in thaw) < 1 - _EPS and len(thaw) < len(active):
-            rest = [k for k in active if k not in thaw]
-            thaw.add(max(rest, key=lambda k: credit[k] / self.holders[k].weight))
+        while rest and sum(self.holders[k].fill for k in thaw) < 1 - _EPS:
+            thaw.add(rest.pop(0))
+        if rest and self.wasting:  # freezes idled it anyway (a fill overestimated): one more
+            thaw.add(rest.pop(0))
+            self.backstop_slots += 1
         frozen = frozenset(k for k in active if k not in thaw)
         return self._record(now, frozen, share)
 

@@ -107,10 +107,19 @@ CROWDED_OUT_BY_CONTEXTS = (Scenario((
     PodSpec("p3", "v100-25", 0, (_work(0.1875, 0.01),)),
 ), sample_window_s=1 / 6, sample_delay_s=0.0), 0.01)
 
+# Found by hypothesis in CI: the hungry p1 and the 0.5-demand p2 froze in turns, slot by slot, so
+# p2 was never thawed through a whole busy sample and its fill stayed 1; p1's freezes idled 5.5 %.
+IDLED_BY_TURNS = (Scenario((
+    PodSpec("p0", "v100-50", 0, (_work(0.375, 0.01),)),
+    PodSpec("p1", "v100-25", 0, (_work(1.0, 0.01),)),
+    PodSpec("p2", "v100-25", 0, (_work(0.5, 0.01),)),
+), sample_window_s=1 / 6, sample_delay_s=0.0), 0.01)
+
 
 @SETTINGS
 @given(scenarios(hungry=False))
 @example(CROWDED_OUT_BY_CONTEXTS)
+@example(IDLED_BY_TURNS)
 def test_unused_share_goes_to_the_others_and_the_gpu_stays_busy(case: tuple[Scenario, float]) -> None:
     """S2 + water-filling: the GPU stays busy, and every slice that could fill the GPU alone gets at
     least its target (entitlement water-filled by the others' true demands).

@@ -308,6 +308,7 @@ def test_counters_are_totals_and_off_slice_counts_processes() -> None:
             "gpuslice_agent_frozen_seconds",
             "gpuslice_agent_kills",
             "gpuslice_agent_ceiling_thaws",
+            "gpuslice_agent_pacer_backstop_slots",
         } <= counters
         exposed = {s.name for f in families.values() for s in f.samples}
         assert all(f"{name}_total" in exposed for name in counters)

@@ -58,18 +58,29 @@ def test_bad_parameters_are_refused(kwargs: dict[str, float]) -> None:
 
 
 def drive(
-    pacer: GpuPacer[str], members: dict[str, Member], use: dict[str, float], seconds: float
+    pacer: GpuPacer[str],
+    members: dict[str, Member],
+    use: dict[str, float],
+    seconds: float,
+    start: float = T0,
+    gpu_busy: float | None = None,
 ) -> list[frozenset[str]]:
-    """Step the pacer: each slot every thawed holder uses its rate of the slot (a crude GPU)."""
+    """Step the pacer: each slot every thawed holder uses its rate of the slot (a crude GPU).
+
+    Before each decision the pacer polls the GPU's busy fraction: ``gpu_busy`` if given, else the
+    last slot's (what the crude GPU really did).
+    """
     p = pacer.params
     decisions = []
-    t = T0
-    while t < T0 + seconds - 1e-9:
+    t, last_busy = start, 0.0
+    while t < start + seconds - 1e-9:
+        pacer.observe_busy(t, last_busy if gpu_busy is None else gpu_busy)
         frozen = pacer.decide(t, members)
         decisions.append(frozen)
         running = {k: r for k, r in use.items() if k not in frozen}
         total = sum(running.values()) or 1.0
         pacer.observe(t, t + p.slot_s, {k: r / max(total, 1.0) * p.slot_s for k, r in running.items()})
+        last_busy = min(1.0, sum(running.values()))
         t += p.slot_s
     return decisions
 
@@ -119,3 +130,21 @@ def test_contexts_count_in_the_demand_test() -> None:
         pacer.decide(t, members)
         pacer.observe(t, t + 0.1, {"a": 0.1 / 3, "b": 0.2 / 3})
     assert not pacer.holders["a"].limited
+
+
+
+def test_freezes_that_idle_the_gpu_thaw_one_more_until_the_idle_leaks_away() -> None:
+    """Work conservation when a fill is overestimated: GPU idle while someone is frozen thaws one more."""
+    params = PacerParams(grace_s=0, freeze_idle_s=100.0)  # the rule alone: no idle proves a demand here
+    pacer: GpuPacer[str] = GpuPacer(params)
+    members, use = {"a": Member(500), "b": Member(250)}, {"a": 1.0, "b": 1.0}
+    assert any(drive(pacer, members, use, 10))  # paced: someone frozen, the GPU busy throughout
+    assert pacer.waste == 0.0
+    # The GPU reads half idle beside the freezes: the thawed holder could not fill it after all.
+    decisions = drive(pacer, members, use, 1.0, start=T0 + 10, gpu_busy=0.5)
+    assert pacer.wasting
+    assert decisions[-1] == frozenset()
+    # Busy again: the idle leaks away (waste_memory_s) and pacing resumes.
+    decisions = drive(pacer, members, use, 3 * params.waste_memory_s, start=T0 + 11)
+    assert not pacer.wasting
+    assert any(decisions[-20:])
