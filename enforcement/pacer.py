@@ -97,6 +97,10 @@ class PacerParams:
             raise ValueError("burst_s must be positive, grace_s non-negative, active_window_s above max_freeze_s")
         if not 0 < self.margin < 1 or self.headroom < 0 or not 0 < self.min_thawed_fraction <= 1:
             raise ValueError("margin in (0, 1), headroom >= 0, min_thawed_fraction in (0, 1]")
+        if self.waste_memory_s <= 0 or not 0 < self.waste_share < 1:
+            raise ValueError(
+                f"need waste_memory_s > 0 and waste_share in (0, 1), got {self.waste_memory_s}, {self.waste_share}"
+            )
 
 
 def waterfill(weights: Mapping[K, float], caps: Mapping[K, float], total: float = 1.0) -> dict[K, float]:

@@ -50,6 +50,9 @@ def test_waterfill_example() -> None:
         {"burst_s": 0.0},
         {"margin": 1.5},
         {"active_window_s": 0.2},
+        {"waste_memory_s": 0.0},
+        {"waste_share": 0.0},
+        {"waste_share": 1.0},
     ],
 )
 def test_bad_parameters_are_refused(kwargs: dict[str, float]) -> None:
