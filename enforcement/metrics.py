@@ -94,7 +94,7 @@ class AgentMetrics:
             "gpuslice_agent_freeze_errors_total", "Freeze or thaw writes that failed", registry=r
         )
         self.backstop_slots = Counter(
-            "gpuslice_agent_pacer_backstop_slots",
+            "gpuslice_agent_pacer_backstop_slots_total",
             "Slots in which the pacer thawed one slice more than its demand estimates asked (freezes idled the GPU)",
             registry=r,
         )

@@ -291,7 +291,8 @@ class GpuPacer(Generic[K]):
         GPU-level value floors once. Idle beyond that 1 % is summed with a leak (``idle_memory_s``)
         per holder, only while that holder was thawed through all the sample may cover
         (``busy_span_s``): idle while it was frozen says nothing of its demand. Past
-        ``freeze_idle_s`` it proves the demand of that holder, if it ran beside the freezes.
+        ``freeze_idle_s`` it proves the demand of that holder, if it ran beside the freezes. The
+        same idle is also summed for the GPU as a whole (``waste``, see :attr:`wasting`).
         """
         p = self.params
         last, self._busy_at = self._busy_at, now

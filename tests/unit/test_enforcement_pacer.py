@@ -135,7 +135,6 @@ def test_contexts_count_in_the_demand_test() -> None:
     assert not pacer.holders["a"].limited
 
 
-
 def test_freezes_that_idle_the_gpu_thaw_one_more_until_the_idle_leaks_away() -> None:
     """Work conservation when a fill is overestimated: GPU idle while someone is frozen thaws one more."""
     params = PacerParams(grace_s=0, freeze_idle_s=100.0)  # the rule alone: no idle proves a demand here
