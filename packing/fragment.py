@@ -31,6 +31,19 @@ DEFAULT_COVERAGE = 0.95  # the FGD artifact's podPopularityThreshold: the common
 Shape = tuple[int, int, int, int, str | None]  # (cpu milli, host MiB, milli per GPU, GPU count, model pattern)
 
 
+def per_card_weights(weights: Mapping[Shape, float]) -> dict[Shape, float]:
+    """Each shape's weight divided by its card count (k ≥ 1; one-card and GPU-less shapes unchanged).
+
+    A k-card pod's fragment on a node with fewer than k free cards is all of the node's idle GPU, up
+    to k − 1 whole cards; weighed by its pods, that term outweighs what the one-card pods, which can
+    use those cards, would strand there. Divided by k it counts per card the pod asks (measured on
+    ``openb``'s ``multigpu*`` lists: ``simulations/README.md``). Where models constrain
+    (``TypicalMix.mixed_models``) ``from_weights`` does not apply it: on ``openb``'s ``gpuspec*``
+    lists it moved the result both ways, beyond noise (−0.78 on one, +0.29 on another).
+    """
+    return {s: w / max(1, s[3]) for s, w in weights.items()}
+
+
 def shape_of(request: Request) -> Shape:
     """The shape typical pods are counted by (GPU memory does not enter F: it follows the milli)."""
     return (request.cpu_milli, request.host_memory_mib, request.milli, request.count, request.model)
@@ -76,13 +89,20 @@ class TypicalMix:
 
     @classmethod
     def from_weights(cls, weights: Mapping[Shape, float], coverage: float = DEFAULT_COVERAGE,
-                     host_memory: bool = True) -> TypicalMix:
+                     host_memory: bool = True, per_card: bool = False) -> TypicalMix:
         """Typical pods: shapes by decreasing weight until ``coverage`` of the total, renormalised.
 
         ``host_memory`` False merges shapes that differ only in host RAM (FGD's typical pods ignore it).
+        ``per_card``: a shape of k > 1 cards weighs 1/k of its pods (``per_card_weights``), unless the
+        mix by pods has ``mixed_models``: there it is kept as it is.
         """
         if not 0 < coverage <= 1:
             raise ValueError(f"coverage must be within (0, 1], got {coverage}")
+        if per_card:
+            by_pods = cls.from_weights(weights, coverage, host_memory)
+            if by_pods.mixed_models:
+                return by_pods
+            weights = per_card_weights(weights)
         if not host_memory:
             merged: dict[Shape, float] = {}
             for (c, _, m, k, model), w in weights.items():

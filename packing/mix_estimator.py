@@ -74,9 +74,11 @@ class MixEstimator:
     """A decayed histogram over request shapes, published as a ``TypicalMix`` (see the module docstring)."""
 
     def __init__(self, half_life: float = DEFAULT_HALF_LIFE, refresh: int = DEFAULT_REFRESH,
-                 coverage: float = DEFAULT_COVERAGE, host_memory: bool = False, prior: Iterable[Request] = ()) -> None:
+                 coverage: float = DEFAULT_COVERAGE, host_memory: bool = False, prior: Iterable[Request] = (),
+                 per_card: bool = False) -> None:
         """``host_memory``: typical pods keep their host RAM request (FGD's keep CPU only);
-        ``prior``: requests counted as seen before the first claim (the cold start)."""
+        ``prior``: requests counted as seen before the first claim (the cold start);
+        ``per_card``: snapshots weigh a k-card shape 1/k of its claims (``fragment.per_card_weights``)."""
         if not (math.isfinite(half_life) and half_life > 0):
             raise ValueError(f"half-life must be a positive number of claims, got {half_life}")
         if refresh < 1:
@@ -84,6 +86,7 @@ class MixEstimator:
         if not 0 < coverage <= 1:
             raise ValueError(f"coverage must be within (0, 1], got {coverage}")
         self.host_memory = host_memory
+        self.per_card = per_card
         self.half_life = float(half_life)
         self.refresh = refresh
         self.coverage = coverage
@@ -98,7 +101,7 @@ class MixEstimator:
             shape = shape_of(r)
             self._weights[shape] = self._weights.get(shape, 0.0) + 1.0
         if self._weights:
-            self._mix = TypicalMix.from_weights(self._weights, self.coverage, self.host_memory)
+            self._mix = self._snapshot()
 
     @property
     def version(self) -> int:
@@ -132,8 +135,11 @@ class MixEstimator:
         self._weights = {s: w * factor for s, w in self._weights.items() if w * factor > 0.0}
         self._unit = 1.0
 
+    def _snapshot(self) -> TypicalMix:
+        return TypicalMix.from_weights(self._weights, self.coverage, self.host_memory, self.per_card)
+
     def _publish(self) -> None:
-        self._mix = TypicalMix.from_weights(self._weights, self.coverage, self.host_memory)
+        self._mix = self._snapshot()
         self._version += 1
         self._next_publish = self.seen + max(1, min(self.seen // EARLY_STEPS, self.refresh))
 

@@ -53,6 +53,7 @@ class Capabilities:
     indexed: bool = False  # best_nodes has a logarithmic fast path through the ledger's sorted index
     needs_mix: bool = False  # the key reads the workload's typical-pod mix (PolicyContext.mix)
     needs_phase: bool = False  # the key reads the load phase, filling or churning (PolicyContext.phase)
+    mix_per_card: bool = False  # its online mix weighs a k-card shape 1/k of its claims (fragment.per_card_weights)
     workload_mix: bool = False  # a baseline whose mix is the whole workload, known in advance (FGD's artifact)
     unique_keys: bool = False  # the key ends with the node's order: it never leaves ties to the scheduler
     sampled: bool = False  # best_nodes is a random draw among fitting nodes, not an argmin of keys

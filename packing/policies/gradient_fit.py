@@ -35,7 +35,13 @@ FGD's level. Once the cluster churns, the key of every request is ``(best-fit's 
    mix learnt online); these steps measured 0.08–0.94 point better on all five ``gpuspec`` lists.
    A cluster of one model, the catalog's V100 included, never switches.
 
-6. **best fit under churn**: once departures keep pace with arrivals (``LoadPhase.churning``), the
+6. **a mix per card**: the typical pods weigh a k-card shape 1/k of its claims
+   (``packing.fragment.per_card_weights``). Weighed by its pods, as FGD does, an 8-card shape's
+   fragment, all of the idle GPU of a node with fewer than 8 free cards, drowns what the one-card
+   pods would strand there; per card, on ``openb``'s ``multigpu*`` lists it packed better than FGD
+   (``simulations/README.md``). Lists with few multi-card pods barely change; where models
+   constrain, the mix stays by pods;
+7. **best fit under churn**: once departures keep pace with arrivals (``LoadPhase.churning``), the
    key is ``best-fit``'s followed by the node order, and the pick its tightest card(s). In FGD's
    setting (no departures) the gradient packs 0.4–9.8 points of GPU better than best fit; with
    departures (protocol B, ρ 0.85) it bought nothing on single-card ``default`` and ``gpushare100``
@@ -82,10 +88,10 @@ def _pick(ctx: PolicyContext, ledger: Ledger, request: Request, node: Node) -> t
 
 GRADIENT_FIT = Policy(
     "gradient-fit",
-    "while the cluster fills, fragment gradient learnt online in steps of 16 % of a slice (FGD's levels for whole "
-    "cards, 12 % steps for all where models constrain), consolidation, best fit for GPU-less pods; best fit once "
-    "departures keep pace with arrivals (default)",
+    "while the cluster fills, fragment gradient of a mix learnt online per card, in steps of 16 % of a slice "
+    "(FGD's levels for whole cards, 12 % steps for all where models constrain), consolidation, best fit for "
+    "GPU-less pods; best fit once departures keep pace with arrivals (default)",
     _key,
     _pick,
-    Capabilities(needs_mix=True, needs_phase=True, unique_keys=True),
+    Capabilities(needs_mix=True, needs_phase=True, unique_keys=True, mix_per_card=True),
 )

@@ -406,6 +406,7 @@ def test_capabilities_are_declared_not_inferred_from_names() -> None:
     for name in ("frag-gradient", "relative-gradient", DEFAULT_POLICY):
         caps = get_policy(name).capabilities
         assert caps.needs_mix and caps.unique_keys and not caps.baseline
+    assert [n for n in policy_names() if get_policy(n).capabilities.mix_per_card] == [DEFAULT_POLICY]
 
 
 @pytest.mark.parametrize("policy", KEYED, ids=lambda p: p.name)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.fragment import TypicalMix, TypicalPod, shape_of
+from packing.fragment import TypicalMix, TypicalPod, per_card_weights, shape_of
 from packing.mix_estimator import MixEstimator, catalog_prior
 from packing.products import Request, load_catalog
 from packing.products import model_accepts as accepts
@@ -79,6 +79,36 @@ def test_typical_pods_cover_95_percent_of_the_weight() -> None:
     mix = TypicalMix.from_requests(requests)
     assert [(p.milli, round(p.weight, 4)) for p in mix.pods] == [(500, round(60 / 96, 4)), (1000, round(36 / 96, 4))]
     assert sum(p.weight for p in mix.pods) == pytest.approx(1.0)
+
+
+PER_CARD = [
+    # (shape's card count, weight) -> weight per card: k-card shapes divided by k, others unchanged
+    ((0, 0, 0, 0, None), 6.0, 6.0),
+    ((0, 0, 250, 1, None), 6.0, 6.0),
+    ((0, 0, 1000, 2, None), 6.0, 3.0),
+    ((4000, 0, 1000, 8, "T4"), 6.0, 0.75),
+]
+
+
+@pytest.mark.parametrize("shape, weight, expected", PER_CARD)
+def test_per_card_weights_divide_by_the_card_count(shape: tuple[int, int, int, int, str | None], weight: float,
+                                                   expected: float) -> None:
+    assert per_card_weights({shape: weight}) == {shape: expected}
+
+
+def test_per_card_mix_weighs_multi_card_shapes_less_and_cuts_coverage_after() -> None:
+    weights = {shape_of(Request(1000)): 60.0, shape_of(Request(1000, count=8)): 20.0}
+    assert {(p.count, p.weight) for p in TypicalMix.from_weights(weights).pods} == {(1, 0.75), (8, 0.25)}
+    per_card = TypicalMix.from_weights(weights, coverage=1.0, per_card=True).pods
+    assert {(p.count, p.weight) for p in per_card} == {(1, 0.96), (8, 0.04)}
+    # 2.5 of 62.5 is below the 5 % that 95 % coverage leaves out: the 8-card shape is no typical pod
+    assert [p.count for p in TypicalMix.from_weights(weights, per_card=True).pods] == [1]
+
+
+def test_per_card_keeps_the_pods_weights_where_models_constrain() -> None:
+    weights = {shape_of(Request(1000, model="T4")): 60.0, shape_of(Request(1000, count=8)): 20.0}
+    mix = TypicalMix.from_weights(weights, per_card=True)
+    assert mix.mixed_models and {(p.count, p.weight) for p in mix.pods} == {(1, 0.75), (8, 0.25)}
 
 
 def test_host_memory_is_kept_or_merged() -> None:

@@ -91,6 +91,20 @@ def test_the_extender_and_the_simulator_share_the_estimator() -> None:
     assert isinstance(policy.context.mix_source, MixEstimator)
 
 
+def test_a_per_card_estimator_weighs_multi_card_claims_by_their_cards() -> None:
+    plain, per_card = MixEstimator(coverage=1.0), MixEstimator(coverage=1.0, per_card=True)
+    for r in [Request(1000)] * 3 + [Request(1000, count=2)] * 2:
+        plain.observe(r)
+        per_card.observe(r)
+    assert plain.frequencies() == pytest.approx(per_card.frequencies())  # the histogram itself is the claims'
+    ratio = {est.per_card: (w := {p.count: p.weight for p in est.mix().pods})[2] / w[1] for est in (plain, per_card)}
+    assert ratio[True] == pytest.approx(ratio[False] / 2)
+    default = policy_for("gradient-fit").context.mix_source
+    assert isinstance(default, MixEstimator) and default.per_card
+    other = policy_for("frag-gradient").context.mix_source
+    assert isinstance(other, MixEstimator) and not other.per_card
+
+
 @pytest.mark.parametrize("bad", [{"half_life": 0}, {"refresh": 0}, {"coverage": 0}, {"half_life": math.inf}])
 def test_bad_settings_are_refused(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
