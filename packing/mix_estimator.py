@@ -11,6 +11,9 @@ workload (``packing.fragment``). A cluster does not know its workload in advance
   ``catalog_prior``) counts as claims seen before the first, decaying like any other; after it,
   the mix is that of the claims seen so far, the current one included. Without a prior (a
   free-form trace the catalog does not describe) the first claim sees only itself;
+* **per card** (``per_card``, what the default policy asks for): snapshots weigh a k-card shape
+  1/k of its claims, unless the typical pods name several models (``fragment.per_card_weights``);
+  the histogram itself stays one count per claim;
 * **published snapshots**: scoring reads an immutable ``TypicalMix``, republished after every
   claim up to the 8th, then every 1/8 of the claims seen (eight snapshots per doubling while the
   estimate moves fast), at most every ``refresh`` claims (default 512). ``version`` changes with

@@ -82,7 +82,7 @@ def test_typical_pods_cover_95_percent_of_the_weight() -> None:
 
 
 PER_CARD = [
-    # (shape's card count, weight) -> weight per card: k-card shapes divided by k, others unchanged
+    # (shape, its weight, its weight per card): k-card shapes divided by k, one-card and GPU-less ones unchanged
     ((0, 0, 0, 0, None), 6.0, 6.0),
     ((0, 0, 250, 1, None), 6.0, 6.0),
     ((0, 0, 1000, 2, None), 6.0, 3.0),
