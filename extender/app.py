@@ -2,10 +2,11 @@
 
 Routes (verbs and prefix configurable): ``POST /filter``, ``POST /prioritize``, ``POST /bind``,
 ``GET /healthz``, ``GET /readyz`` (the state's ``ready`` flag and ledger epoch), ``GET /metrics``
-(Prometheus), ``GET /state`` (the ledger and the queue, read-only) and, in standalone mode,
-``POST /admin/release`` ``{"PodUID": "..."}``.
+(Prometheus), ``GET /state`` (the ledger and the queue, read-only), ``GET /history?since=`` (the
+demand history, JSON Lines, ``extender/history``) and, in standalone mode, ``POST /admin/release``
+``{"PodUID": "..."}``.
 
-Who may ask (``access``): ``/state``, ``/metrics`` and ``/admin/*`` answer a client on a loopback
+Who may ask (``access``): ``/state``, ``/history``, ``/metrics`` and ``/admin/*`` answer a client on a loopback
 address, or one that presented a verified client certificate on the allow-list; with
 ``require_client_cert`` the scheduler verbs need such a certificate too. Probes (``/healthz``,
 ``/readyz``) answer anyone. Every POST must be ``application/json`` (415 otherwise), which keeps a
@@ -33,6 +34,7 @@ from werkzeug.exceptions import HTTPException
 
 from extender.asks import ClaimUnavailable, MalformedPod
 from extender.config import ConfigError, ExtenderConfig, Subject, parse_subject
+from extender.history.book import DemandBook
 from extender.metrics import ExtenderMetrics, watch_gc
 from extender.state import ExtenderState
 from extender.timing import Phases, measuring, phase
@@ -47,6 +49,7 @@ from extender.wire import (
     parse_release,
     priorities_to_wire,
 )
+from packing.demand import parse_since
 
 log = logging.getLogger("gpuslice.extender")
 JSON = "application/json"
@@ -284,7 +287,7 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
         path = request.path
         if request.method == "POST" and path in hot:
             return None  # HotRoutes.serve applies the same rules
-        operator = path in ("/state", "/metrics") or path.startswith("/admin/")
+        operator = path in ("/state", "/metrics", "/history") or path.startswith("/admin/")
         if operator or path in verbs:
             why = access.refusal(request.environ, operator, path)
             if why is not None:
@@ -312,11 +315,27 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
     def state_view() -> Response:
         return _reply(200, json.dumps(state.snapshot(), indent=1).encode("utf-8"))
 
+    @app.get("/history")
+    def history_view() -> Response:
+        return Response(*history_answer(state.history, request.args.get("since")))
+
     @app.errorhandler(HTTPException)
     def http_error(e: HTTPException) -> Response:
         return _error(e.code or 500, f"{e.name}: {e.description}")
 
     return app
+
+
+def history_answer(book: DemandBook | None, since: str | None) -> tuple[bytes, int, dict[str, str]]:
+    """``GET /history?since=``: the demand history as JSON Lines (``packing.demand``), or why not."""
+    if book is None:
+        return encode({"error": "this extender keeps no demand history (started with --no-history)"}), 404, \
+            {"Content-Type": JSON}
+    try:
+        start = None if since in (None, "") else parse_since(since, time.time())
+    except ValueError as e:
+        return encode({"error": str(e)}), 400, {"Content-Type": JSON}
+    return book.export(start), 200, {"Content-Type": "application/x-ndjson"}
 
 
 def build_app(config: ExtenderConfig) -> Flask:

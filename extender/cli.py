@@ -84,6 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--metrics-subject", action="append", default=[], metavar="SUBJECT",
                     help="also allow client certificates with this subject, for GET /metrics only (a Prometheus; "
                          "repeatable)")
+    history = ap.add_argument_group("demand history (GET /history, gpuslice history export)")
+    history.add_argument("--no-history", dest="history", action="store_false",
+                         help="keep no demand history (default: keep one)")
+    history.add_argument("--history-max-age", type=float, default=30.0, metavar="DAYS",
+                         help="claims that ended longer ago leave the history (default 30 days)")
+    history.add_argument("--history-max-mib", type=int, default=64, metavar="MIB",
+                         help="the history's size bound, in MiB of its JSON lines (default 64)")
+    history.add_argument("--history-names", action="store_true",
+                         help="keep pod names (namespace/name) in the history (default: claim ids only)")
     return ap
 
 
@@ -100,6 +109,8 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         learn_nodes=args.learn_nodes, waiting_ttl_s=args.waiting_ttl, tls_cert=args.tls_cert, tls_key=args.tls_key,
         client_ca=args.client_ca, require_client_cert=args.require_client_cert,
         client_subjects=tuple(args.client_subject), metrics_subjects=tuple(args.metrics_subject),
+        history=args.history, history_max_age_s=args.history_max_age * 86400.0,
+        history_max_mib=args.history_max_mib, history_names=args.history_names,
     )
 
 

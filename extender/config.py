@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any
 
+from extender.history.book import DemandBook
 from extender.state import StateConfig
 from extender.wire import DEFAULT_MAX_NODES
 from packing.policies import DEFAULT_POLICY
+from packing.products import Catalog
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -75,6 +77,10 @@ class ExtenderConfig:
     require_client_cert: bool = False  # the scheduler verbs need a verified client certificate
     client_subjects: tuple[str, ...] = ()  # allowed client subjects, e.g. CN=kube-scheduler (empty: any the CA signed)
     metrics_subjects: tuple[str, ...] = ()  # client subjects that may read /metrics and nothing else (Prometheus)
+    history: bool = True  # keep the demand history (GET /history)
+    history_max_age_s: float = 30 * 86400.0  # claims that ended longer ago leave the history
+    history_max_mib: int = 64  # the history's size bound (its JSON lines)
+    history_names: bool = False  # keep pod names in the history (planners often get it from another team)
 
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
@@ -110,6 +116,9 @@ class ExtenderConfig:
             raise ConfigError(str(e)) from None
         if self.nodes < 0 or self.gpus_per_node < 0:
             raise ConfigError("seeded node and GPU counts must not be negative")
+        if not self.history_max_age_s > 0 or self.history_max_mib < 1:
+            raise ConfigError(f"the history's bounds must be positive, got {self.history_max_age_s} s and "
+                              f"{self.history_max_mib} MiB (--history-max-age, --history-max-mib)")
         if self.nodes and not self.standalone:
             raise ConfigError("seeding nodes (--nodes) is for standalone mode only")
 
@@ -125,6 +134,12 @@ class ExtenderConfig:
             standalone=self.standalone,
             waiting_ttl_s=self.waiting_ttl_s,
         )
+
+    def demand_book(self, catalog: Catalog) -> DemandBook | None:
+        """The demand history these settings ask for (None when it is off)."""
+        if not self.history:
+            return None
+        return DemandBook(catalog, self.history_max_age_s, self.history_max_mib * 1024 * 1024, self.history_names)
 
     @property
     def admin_enabled(self) -> bool:

@@ -65,6 +65,7 @@ def build_state(
     """A standalone state from ``config``: in-memory binder, nodes seeded when asked."""
     catalog = catalog or load_catalog(config.catalog or None)
     state = ExtenderState(catalog, MemoryBinder(), config.state_config(), clock=clock)
+    state.history = config.demand_book(catalog)
     if config.nodes:
         seed_nodes(state, config.nodes, config.gpus_per_node, config.gpu_model)
     state.warm()

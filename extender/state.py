@@ -46,6 +46,7 @@ from extender.decide import (
     score_nodes,
     waiting_summary,
 )
+from extender.history.book import DemandBook
 from extender.inventory import Card, Enforcement, NodeInventory
 from extender.inventory_sync import InventorySync, SyncOutcome
 from extender.timing import phase
@@ -161,6 +162,7 @@ class ExtenderState:
             raise ValueError("the claim queue must share the extender's ledger")
         self.waiting = WaitingRoom(queue, self.config.waiting_ttl_s if self.config.standalone else None)
         self.on_bound: Callable[[BindingArgs, AllocationRecord, Enforcement], None] | None = None
+        self.history: DemandBook | None = None  # the demand history, told what the policy observes
         self._ready = True
         self._gauges: tuple[tuple[int, int], dict[str, Any]] | None = None
 
@@ -195,22 +197,27 @@ class ExtenderState:
         """The pod's ask (MalformedPod for wrong types; ClaimUnavailable when a claim cannot be read now)."""
         return self.asks.read(pod)
 
-    def take_in(self, ask: PodAsk) -> bool:
+    def take_in(self, ask: PodAsk, at: float | None = None) -> bool:
         """The one place a claim the extender sees is first taken in (caller holds the lock); True when new.
 
         A new claim's shape feeds the policy's mix estimator and load phase (nothing for a policy
-        that reads neither).
+        that reads neither), and the demand history (arrived ``at``, wall time; default now).
         """
         new = self.cache.remember(ask)
         if new and ask.request is not None:
             self.policy.observe(ask.request)
+            if self.history is not None:
+                self.history.arrived(ask, at)
         return new
 
     def housekeep(self) -> float:
         """Lapse due reservations and idle waiting claims (caller holds the lock); now."""
         now = self.clock()
         self.expire_due(now)
-        self.waiting.expire_idle(now)
+        gone = self.waiting.expire_idle(now)
+        if gone and self.history is not None:
+            for uid in gone:
+                self.history.withdrawn(uid)
         return now
 
     def expire_due(self, now: float) -> list[Allocation]:
@@ -269,6 +276,8 @@ class ExtenderState:
             for a in dropped:
                 self.cache.unbind(a.claim)
                 self.waiting.depart(a.claim, now)
+                if self.history is not None:
+                    self.history.departed(a.claim)
             return dropped
 
     # ---- filter ---------------------------------------------------------------------------------
@@ -385,6 +394,8 @@ class ExtenderState:
             self.cache.mark_bound(uid, args.node)
             if ask is not None:
                 self.waiting.start(ask, self.clock())
+            if record is not None and self.history is not None:
+                self.history.admitted(uid, args.node, record.gpus)
             self.cache.end_bind(uid)
             enforcement = self.inventory.enforcement(args.node) if record is not None else None
         if record is not None and enforcement is not None and self.on_bound is not None:
@@ -429,6 +440,8 @@ class ExtenderState:
             if bound is not None and alloc is not None:
                 self.policy.observe_departure()  # a bound slice freed: the load phase counts it, once it is done
             found = alloc is not None or bound is not None or waited
+            if found and self.history is not None:
+                self.history.released(pod_uid)
         if found:
             self.binder.release(pod_uid)
         return found
@@ -447,6 +460,8 @@ class ExtenderState:
             self.cache.mark_bound(ask.uid, record.node)
             self.take_in(ask)
             self.waiting.start(ask, self.clock())
+            if self.history is not None:
+                self.history.admitted(ask.uid, record.node, record.gpus)
             return alloc
 
     # ---- whole state ------------------------------------------------------------------------------
@@ -514,6 +529,8 @@ class ExtenderState:
                     "name": n.name,
                     "enforcement": self.inventory.enforcement(n.name).value,
                     "inventory_pending": self.inventory.pending(n.name),
+                    "labels": dict(n.facts.labels), "taints": [[t.key, t.value, t.effect] for t in n.facts.taints],
+                    "unschedulable": n.facts.unschedulable, "facts_known": n.facts.known,
                     "gpus": [
                         {"uuid": g.uuid, "model": g.model, "milli": g.milli, "memory_mib": g.memory_mib,
                          "free_milli": g.free_milli, "free_mib": g.free_mib, "withdrawn": g.withdrawn}
@@ -547,6 +564,7 @@ class ExtenderState:
                 "ready": self.ready,
                 "epoch": self.cache.epoch,
                 "durable": not self.config.standalone,  # standalone keeps its state in this process only
+                "wall_time": time.time(),  # when this snapshot was taken (the demand history's clock)
                 "reservation_ttl_s": self.config.reservation_ttl_s,
                 "nodes": nodes,
                 "allocations": allocations,

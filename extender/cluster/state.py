@@ -144,6 +144,8 @@ class ClusterState:
             self._admitted.discard(uid)
             core.take_in(ask)
             core.waiting.start(ask, core.clock())  # a claim the queue admitted already counts as running
+            if core.history is not None:
+                core.history.admitted(uid, node, cache.ledger.allocations[uid].gpus)
             return outcome
 
     def _hold(self, uid: str, request: Any, node: str, wanted: tuple[str, ...] | None) -> str:
@@ -179,6 +181,8 @@ class ClusterState:
                 if alloc is not None:
                     core.cache.touch(alloc.node)
                 found = True
+            if found and core.history is not None:
+                core.history.released(uid)
             self._admitted.discard(uid)
         return found
 
@@ -194,7 +198,7 @@ class ClusterState:
             known = uid in core.ledger.allocations or core.cache.bound_node(uid) is not None
             if known or core.waiting.queue.state(uid) is not None:
                 return False
-            core.take_in(ask)
+            core.take_in(ask, arrived_at)
             core.waiting.arrive(ask, reason, arrived_at)
             return core.waiting.queue.state(uid) == "waiting"
 
