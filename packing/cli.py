@@ -17,6 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("extender.cli:status_main", "print a running extender's ledger and queue"),
     "queue": ("extender.queue_view:main", "list the pods waiting for a slice: position, product, reason, waited"),
     "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
+    "history": ("extender.history.cli:main", "export the demand history a running extender keeps (JSON Lines)"),
     "gates": ("extender.gates:main", "list (or --lift) the pods still held by gpuslice's scheduling gate"),
     "agent": ("enforcement.cli:main", "run the node agent (--simulate: against a simulated GPU)"),
     "simulate": ("simulations.cli:simulate_main", "replay a trace through the packer and the queue"),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from packing.products import Request
+from packing.products import Catalog, Request
 
 
 class EntitlementError(ValueError):
@@ -133,3 +133,57 @@ def shortfall(
                     f"this claim needs {request.total_milli} more")
     return None
 
+
+# ---- the text form: the ConfigMap gpuslice-entitlements (the extender), --entitlements FILE (the simulator) ----
+
+MILLI_KEY = "milli"
+
+
+class EntitlementsError(ValueError):
+    """A ConfigMap value that is not a valid entitlement (the namespace keeps its previous one)."""
+
+
+def parse_entitlement(text: str, catalog: Catalog, namespace: str = "") -> Entitlement:
+    """``v100-25=8,v100-100=2,milli=4000`` -> Entitlement; EntitlementsError names what is wrong."""
+    where = f"entitlement of namespace {namespace}" if namespace else "entitlement"
+    caps: dict[str, int] = {}
+    milli: int | None = None
+    known = {p.name for p in catalog.products}
+    for part in (p.strip() for p in text.replace("\n", ",").split(",")):
+        if not part:
+            continue
+        key, sep, raw = (s.strip() for s in part.partition("="))
+        if not sep or not key:
+            raise EntitlementsError(f"{where}: {part!r} is not PRODUCT=COUNT")
+        if not raw.isdigit():
+            raise EntitlementsError(f"{where}: {key}={raw!r} is not a whole number >= 0")
+        value = int(raw)
+        if key == MILLI_KEY:
+            milli = value
+        elif key in known:
+            if key in caps:
+                raise EntitlementsError(f"{where}: {key} is given twice")
+            caps[key] = value
+        else:
+            raise EntitlementsError(f"{where}: unknown product {key!r}; the catalog offers {', '.join(sorted(known))}")
+    try:
+        return Entitlement(caps, milli)
+    except EntitlementError as e:
+        raise EntitlementsError(f"{where}: {e}") from None
+
+
+def parse_configmap(
+    data: Mapping[str, object] | None, catalog: Catalog
+) -> tuple[dict[str, Entitlement], dict[str, str]]:
+    """Every namespace's entitlement in a ConfigMap's ``data``, and an error per key it could not read."""
+    good: dict[str, Entitlement] = {}
+    bad: dict[str, str] = {}
+    for namespace, value in (data or {}).items():
+        if not isinstance(value, str):
+            bad[namespace] = f"entitlement of namespace {namespace}: value must be a string"
+            continue
+        try:
+            good[namespace] = parse_entitlement(value, catalog, namespace)
+        except EntitlementsError as e:
+            bad[namespace] = str(e)
+    return good, bad
