@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from packing.argtypes import positive_int
 from packing.mix_estimator import catalog_prior
 from packing.products import Catalog, CatalogError, Request, load_catalog
-from simulations import command_a, metrics, protocol_a, protocol_b, report
+from simulations import command_a, command_cluster, metrics, protocol_a, protocol_b, report
 from simulations.cluster import CardModel, ClusterError, card_model, card_nodes, check_models
 from simulations.engine import EngineConfig, EngineError
 from simulations.inputs import Inputs, job_pool, load_inputs
@@ -98,9 +98,13 @@ def simulate_main(argv: Sequence[str]) -> int:
     protocol_a_options(ap)
     queue_options(ap)
     output_options(ap)
+    command_cluster.cluster_options(ap)
     args = ap.parse_args(dash_values(argv))
 
     def run() -> int:
+        if args.from_cluster:
+            return command_cluster.simulate_from_cluster(ap, args)
+        command_cluster.refuse_inapplicable(ap, args)
         inputs = load_inputs(args)
         json_path, csv_path, plots_dir = output_paths(args)
         check_outputs([(json_path, "the results"), (csv_path, "the results table")], [(plots_dir, "the plots")])
@@ -326,8 +330,10 @@ def plan_main(argv: Sequence[str]) -> int:
         prog="gpuslice plan",
         description="Find the smallest number of cards whose wait percentile meets a target, by bisection "
                     "over protocol B runs of a fixed workload (built-in synthetic by default).")
-    ap.add_argument("--target", type=parse_target, default=600.0, metavar="DUR",
-                    help="wait target with its unit: 90s, 10m, 2h or 1d (default 10m; a bare number is refused)")
+    ap.add_argument("--target", type=plan_target, default=600.0, metavar="DUR|PRODUCT:pQ=DUR",
+                    help="wait target with its unit: 90s, 10m, 2h or 1d (default 10m; a bare number is refused), or "
+                         "PRODUCT:pQ=DUR[,...] (e.g. v100-100:p99=1h: the 99th percentile wait of whole cards; "
+                         "'all' for every claim), which sets --percentile and --product")
     ap.add_argument("--percentile", type=float, default=95.0, help="wait percentile to hold (default 95)")
     ap.add_argument("--product", default="all",
                     help="product the target applies to: a product name, 'all' jobs (default) or 'each' product")
@@ -340,8 +346,31 @@ def plan_main(argv: Sequence[str]) -> int:
     ap.add_argument("--json", metavar="PATH", help="write the answer and the curve as JSON")
     ap.add_argument("--plot", metavar="PATH", help="write the curve as PNG")
     ap.add_argument("--progress", action="store_true", help="progress on stderr even when not a terminal")
+    command_cluster.cluster_options(ap, plan=True)
     args = ap.parse_args(dash_values(argv))
-    return _guarded(ap, lambda: _plan(args))
+    return _guarded(ap, lambda: _plan_any(ap, args))
+
+
+def plan_target(text: str) -> float | list[command_cluster.Target]:
+    """``--target``: a wait (``10m``) or ``PRODUCT:pQ=DUR[,...]``."""
+    if ":" in text:
+        return command_cluster.parse_targets(text)
+    return parse_target(text)
+
+
+def _plan_any(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    targets = args.target if isinstance(args.target, list) else \
+        [command_cluster.Target(args.product, args.percentile, args.target)]
+    if args.from_cluster:
+        if any(t.product == "each" for t in targets):
+            raise UsageError("--product each: name the products in --target (v100-25:p99=10m,v100-100:p99=1h)")
+        return command_cluster.plan_from_cluster(ap, args, targets)
+    command_cluster.refuse_inapplicable(ap, args)
+    if isinstance(args.target, list):
+        if len(targets) != 1:
+            raise UsageError("plan without --from-cluster sizes for one target at a time")
+        args.product, args.percentile, args.target = targets[0].product, targets[0].percentile, targets[0].wait_s
+    return _plan(args)
 
 
 def _plan(args: argparse.Namespace) -> int:

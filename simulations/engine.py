@@ -23,6 +23,7 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from packing.entitlements import Entitlement
 from packing.ledger import Allocation
 from packing.policies import DEFAULT_POLICY
 from packing.products import Request, model_accepts
@@ -58,6 +59,7 @@ class EngineConfig:
     use_index: bool = False
     prior: tuple[Request, ...] = ()  # what the policy's mix estimator starts from (the extender's: the catalog)
     record_placements: bool = False  # keep every admission's (job, node, GPUs, time) in Simulation.placements
+    entitlements: tuple[tuple[str, Entitlement], ...] = ()  # (namespace, its entitlement), as the extender's ConfigMap
 
     def __post_init__(self) -> None:
         if self.bind_delay_s < 0:
@@ -66,6 +68,32 @@ class EngineConfig:
             raise EngineError("a bind delay needs a reservation TTL (reserve at admission, commit at bind)")
         if self.sample_points < 1:
             raise EngineError("need at least one sample point")
+
+
+@dataclass(frozen=True)
+class RunningClaim:
+    """A claim holding its slice when the run starts (``simulate --from-cluster``): it departs after ``remaining``
+    seconds (None: not within the run)."""
+
+    claim: str
+    request: Request
+    node: str
+    gpus: tuple[str, ...]
+    namespace: str = "default"
+    remaining: float | None = None
+    time_limit: float | None = None
+
+
+@dataclass(frozen=True)
+class ClusterStart:
+    """Where a run starts instead of an empty cluster: at ``t0``, the ``running`` claims hold their slices, the
+    jobs that arrived before ``t0`` wait in line (in their arrival order), and the policy has observed
+    ``observed`` (a claim's request as it arrived, None for a bound claim's departure), as the extender had."""
+
+    t0: float
+    running: tuple[RunningClaim, ...] = ()
+    observed: tuple[Request | None, ...] = ()
+    withdrawn: tuple[str, ...] = ()  # GPUs that take no new placement (what they hold stays)
 
 
 @dataclass
@@ -156,9 +184,11 @@ def stranded_milli(ledger: TrackedLedger, waiting: Sequence[Request]) -> int:
 
 
 def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Request], config: EngineConfig,
-             seed: int, progress: Callable[[int, int], None] | None = None) -> Simulation:
-    """Run ``jobs`` (sorted by arrival, with ``requests`` alongside) through queue and ledger."""
-    if not jobs:
+             seed: int, progress: Callable[[int, int], None] | None = None,
+             initial: ClusterStart | None = None) -> Simulation:
+    """Run ``jobs`` (sorted by arrival, with ``requests`` alongside) through queue and ledger; from ``initial``
+    when given (a live cluster's state), else from an empty cluster at the first arrival."""
+    if not jobs and initial is None:
         raise EngineError("no jobs to simulate")
     if len(jobs) != len(requests):
         raise EngineError(f"{len(jobs)} jobs but {len(requests)} requests")
@@ -171,6 +201,8 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
                        reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
                        max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s)
+    for namespace, entitlement in config.entitlements:
+        queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()
     n = len(jobs)
     classes: dict[str, int] = {}
@@ -182,7 +214,8 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     runtime = array("d", (NEVER if j.duration is None else j.duration for j in jobs))
     start = array("d", [NEVER]) * n
     generation = array("i", [0]) * n
-    clock = _Clock(jobs[0].arrival, jobs[-1].arrival, config.sample_points, capacity)
+    t0 = initial.t0 if initial is not None else jobs[0].arrival
+    clock = _Clock(t0, max(t0, jobs[-1].arrival) if jobs else t0, config.sample_points, capacity)
     holders: dict[str, int] = {}
     state = {"alloc": 0, "cards": 0}
     stranded_sum = 0.0
@@ -210,8 +243,26 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
             holders[share.uuid] = held
             state["cards"] -= held == 0
 
+    if initial is not None:  # the live cluster: what the policy saw, the slices held, then the line at t0
+        for seen in initial.observed:
+            if seen is None:
+                policy.observe_departure()
+            else:
+                policy.observe(seen)
+        for i, held in enumerate(initial.running):
+            claim = f"j{n + i}"
+            alloc = ledger.assign(claim, held.request, held.node, held.gpus)
+            queue.start(claim, held.namespace, held.request, t0, held.time_limit)
+            take(alloc)
+            if held.remaining is not None:
+                heapq.heappush(heap, (t0 + held.remaining, _DEPART, n + i, 0))
+        for uuid in initial.withdrawn:
+            ledger.withdraw(uuid)  # after the slices they hold are placed
+        total_events += sum(1 for h in initial.running if h.remaining is not None)
     while next_job < n or heap:
         now = min(arrival[next_job] if next_job < n else NEVER, heap[0][0] if heap else NEVER)
+        if initial is not None:
+            now = max(now, t0)  # the line at t0: claims that arrived earlier join it now, at their own times
         clock.advance(now, state["alloc"], state["cards"], queue.waiting())
         while heap and heap[0][0] <= now:
             _, kind, j, gen = heapq.heappop(heap)
@@ -227,7 +278,8 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                 heapq.heappush(heap, (now + runtime[j], _DEPART, j, gen))
         while next_job < n and arrival[next_job] <= now:
             job = jobs[next_job]
-            policy.observe(requests[next_job])  # the mix estimator and the phase see every arrival, as in the extender
+            if initial is None or job.arrival >= t0:  # the live line at t0 was observed already (initial.observed)
+                policy.observe(requests[next_job])  # the mix estimator and the phase see every arrival, as the extender
             limit = job.duration if config.declare_limits else None
             queue.arrive(WaitingClaim(f"j{next_job}", job.namespace, requests[next_job], arrived_at=job.arrival,
                                       priority=job.priority, time_limit=limit))
