@@ -94,6 +94,7 @@ class ClusterStart:
     running: tuple[RunningClaim, ...] = ()
     observed: tuple[Request | None, ...] = ()
     withdrawn: tuple[str, ...] = ()  # GPUs that take no new placement (what they hold stays)
+    line: frozenset[str] = frozenset()  # the jobs (by name) waiting at t0: observed already, as ``observed`` says
 
 
 @dataclass
@@ -278,7 +279,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                 heapq.heappush(heap, (now + runtime[j], _DEPART, j, gen))
         while next_job < n and arrival[next_job] <= now:
             job = jobs[next_job]
-            if initial is None or job.arrival >= t0:  # the live line at t0 was observed already (initial.observed)
+            if initial is None or job.name not in initial.line:  # the live line was observed (initial.observed)
                 policy.observe(requests[next_job])  # the mix estimator and the phase see every arrival, as the extender
             limit = job.duration if config.declare_limits else None
             queue.arrive(WaitingClaim(f"j{next_job}", job.namespace, requests[next_job], arrived_at=job.arrival,

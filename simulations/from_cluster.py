@@ -408,6 +408,7 @@ def build_run(snap: Snapshot, whatif: WhatIf, catalog: Catalog, seed: int
 
     running: list[RunningClaim] = []
     jobs: list[tuple[Job, Request]] = []
+    line: set[str] = set()  # the jobs waiting at t0 (their arrival the policy saw before t0)
     for h in snap.held:
         row = rows.get(h.claim)
         request = request_of(catalog, h.product, h.count, row)
@@ -418,7 +419,8 @@ def build_run(snap: Snapshot, whatif: WhatIf, catalog: Catalog, seed: int
         total = runtime_of(row, h.product, h.count, elapsed)
         remaining = max(0.0, total - elapsed)
         namespace = row.namespace if row is not None else "default"
-        if h.node in whatif.remove_nodes:
+        if h.node in whatif.remove_nodes:  # evicted: back in line now (its policy saw it arrive long ago)
+            line.add(h.claim)
             if remaining <= 0:
                 continue  # it would end now anyway
             notes.requeued += 1
@@ -429,6 +431,7 @@ def build_run(snap: Snapshot, whatif: WhatIf, catalog: Catalog, seed: int
         running.append(RunningClaim(h.claim, request, h.node, h.gpus, namespace, remaining,
                                     row.time_limit if row is not None else None))
     for w in snap.line:
+        line.add(w.claim)
         row = rows.get(w.claim)
         request = request_of(catalog, w.product, _count(row), row)
         total = runtime_of(row, w.product, request.count, 0.0)
@@ -438,7 +441,7 @@ def build_run(snap: Snapshot, whatif: WhatIf, catalog: Catalog, seed: int
     jobs.extend(_future(snap, whatif, catalog, rng, runtimes, notes))
     jobs.sort(key=lambda jr: jr[0].arrival)
     withdrawn = tuple(u for n in snap.nodes for u, _, _, w in n.cards if w and u in ledger.gpus)
-    start = ClusterStart(t0, tuple(running), warmup(snap.rows, t0, catalog), withdrawn)
+    start = ClusterStart(t0, tuple(running), warmup(snap.rows, t0, catalog), withdrawn, frozenset(line))
     return ledger, [j for j, _ in jobs], [r for _, r in jobs], start, notes
 
 
