@@ -46,8 +46,9 @@ def claims(n: int, seed: int, prefix: str, start: float, gap: float = 3.0) -> li
     for i in range(n):
         product, count, _ = rng.choices(SHAPES, [w for _, _, w in SHAPES])[0]
         t += rng.expovariate(1 / gap)
-        out.append(Job(name=f"{prefix}-{i:04d}", arrival=round(t, 3), duration=float(round(rng.lognormvariate(6.0, 0.8))),
-                       milli=0, count=count, product=product))
+        runtime = float(round(rng.lognormvariate(6.0, 0.8)))
+        out.append(Job(name=f"{prefix}-{i:04d}", arrival=round(t, 3), duration=runtime, milli=0, count=count,
+                       product=product))
     return out
 
 
