@@ -57,14 +57,18 @@ bench: $(STAMP)
 
 ## sweep-a: protocol A's placement table on all 24 openb pod lists in $$GPUSLICE_TRACES/alibaba-openb: the default,
 ## best-fit, frag-gradient, relative-gradient and FGD under both tie rules, the offline reference, seeds 42-51
-## (about 82 min on 2 cores, timed in parts; SWEEP_PROCESSES=N spreads the runs, SWEEP_ARGS adds options,
-## e.g. --seeds 42-46); table on stdout, runs in sweep-a.json
+## (about 82 min on 2 cores, timed in parts; SWEEP_PROCESSES=N spreads the runs over N processes,
+## SWEEP_WORKERS=N over a Dask LocalCluster, SWEEP_SCHEDULER=tcp://HOST:8786 over an existing Dask cluster;
+## SWEEP_ARGS adds options, e.g. --seeds 42-46); table on stdout, runs in sweep-a.json
 SWEEP_PROCESSES ?= 2
+SWEEP_WORKERS ?=
+SWEEP_SCHEDULER ?=
+SWEEP_SPREAD = $(if $(SWEEP_SCHEDULER),--scheduler $(SWEEP_SCHEDULER),$(if $(SWEEP_WORKERS),--workers $(SWEEP_WORKERS),--processes $(SWEEP_PROCESSES)))
 sweep-a: $(STAMP)
 	@test -n "$$GPUSLICE_TRACES" || { echo "sweep-a: set GPUSLICE_TRACES to the folder holding alibaba-openb/" >&2; exit 2; }
 	$(BIN)/gpuslice simulate --nodes "$$GPUSLICE_TRACES/alibaba-openb/openb_node_list_gpu_node.csv" \
 	    --pods "$$GPUSLICE_TRACES/alibaba-openb" --policy gradient-fit,best-fit,frag-gradient,relative-gradient,fgd \
-	    --ties stable,random --offline --seeds 42-51 --processes $(SWEEP_PROCESSES) --json sweep-a.json $(SWEEP_ARGS)
+	    --ties stable,random --offline --seeds 42-51 $(SWEEP_SPREAD) --json sweep-a.json $(SWEEP_ARGS)
 
 ## bench-e2e: the real path (etcd, kube-apiserver, kube-scheduler, the extender) against plain kube-scheduler,
 ## in one run (minutes; not in CI's pass/fail); BENCH_E2E_ARGS adds options (--rounds 3, --pods 1000, ...)

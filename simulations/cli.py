@@ -113,6 +113,8 @@ def simulate_main(argv: Sequence[str]) -> int:
             raise UsageError("protocol B reads one pod list; several are for protocol A's sweep")
         if protocol == "a":
             return command_a.simulate_a(args, inputs)
+        if args.workers is not None or args.scheduler:
+            raise UsageError("--workers and --scheduler spread protocol A's sweeps; protocol B runs here")
         return _simulate_b(args, inputs)
 
     return _guarded(ap, run)

@@ -2,7 +2,8 @@
 
 One run is (workload, tie rule, policy, seed); the offline reference adds (workload, seed). Runs
 are independent and deterministic, so ``--processes N`` spreads them over N worker processes
-(fork: the inputs are read once, in the parent) and the results do not depend on N.
+(fork: the inputs are read once, in the parent), and ``--workers N`` / ``--scheduler ADDR`` over
+Dask workers (``simulations/dask_sweep.py``); the results do not depend on either.
 
 One workload and one tie rule print the classic table (policies against the published figures);
 several print the sweep: a row per workload and tie rule, a column per policy, the offline
@@ -80,15 +81,19 @@ def _prior(catalog: Catalog, requests: Sequence[Request]) -> tuple[Request, ...]
     return catalog_prior(catalog) if any(r.product for r in requests) else ()
 
 
-def _run(task: Task) -> protocol_a.RunA | offline.OfflineRun:
-    kind, w, policy, ties, seed = task
-    work = _WORK[w]
+def run_task(task: Task, work: Workload, settings: dict[str, Any]) -> protocol_a.RunA | offline.OfflineRun:
+    """One run of ``task`` on its workload: the unit of work of every executor (here, processes, Dask)."""
+    kind, _, policy, ties, seed = task
     if kind == "offline":
-        return offline.reference(work.nodes, work.requests, work.card, seed, _CONFIG["inflation"], prior=work.prior)
-    config = protocol_a.ProtocolAConfig(policy=policy, rounding=_CONFIG["rounding"],
-                                        model=SchedulerModel(ties=ties, scores=_CONFIG["scores"]),
-                                        inflation=_CONFIG["inflation"], prior=work.prior)
+        return offline.reference(work.nodes, work.requests, work.card, seed, settings["inflation"], prior=work.prior)
+    config = protocol_a.ProtocolAConfig(policy=policy, rounding=settings["rounding"],
+                                        model=SchedulerModel(ties=ties, scores=settings["scores"]),
+                                        inflation=settings["inflation"], prior=work.prior)
     return protocol_a.run_seed(work.nodes, work.requests, work.card, config, seed)
+
+
+def _run(task: Task) -> protocol_a.RunA | offline.OfflineRun:
+    return run_task(task, _WORK[task[1]], _CONFIG)
 
 
 def _tie_free(policy: str, scores: str, ties_rules: Sequence[str]) -> bool:
@@ -130,7 +135,13 @@ def simulate_a(args: argparse.Namespace, inputs: Inputs) -> int:
     if with_offline:
         tasks += [("offline", w, "", "", s) for w in range(len(work)) for s in seeds]
     bar = Progress("protocol A", True if args.progress else None)
-    results = execute(tasks, args.processes, bar.update)
+    if args.workers is not None or args.scheduler:
+        from simulations import dask_sweep
+
+        results = dask_sweep.run(tasks, work, dict(_CONFIG), bar.update, workers=args.workers,
+                                 scheduler=args.scheduler)
+    else:
+        results = execute(tasks, args.processes, bar.update)
     bar.close()
     summary: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
     references: dict[str, dict[str, Any]] = {}

@@ -120,7 +120,8 @@ _NOT_WITH = (("nodes", "--nodes", "the nodes are the cluster's"), ("pods", "--po
                                                          "not offered here: run --admission A,B"),
              ("saturation", "--saturation", "not offered here"), ("compare", "--compare", "not offered here"),
              ("host", "--host", "the extender places by GPU only"), ("ref_cards", "--ref-cards", "plan's own sizing"),
-             ("processes", "--processes", "protocol A's"))
+             ("processes", "--processes", "protocol A's"), ("workers", "--workers", "protocol A's"),
+             ("scheduler", "--scheduler", "protocol A's"))
 _ONLY_WITH = ("history", "add_cards", "entitlements", "horizon", "ca", "cert", "key", "server_name")
 
 

@@ -160,6 +160,11 @@ def protocol_a_options(ap: argparse.ArgumentParser) -> None:
                    help="add the offline reference (the pods arrived up to 100 %%, packed knowing all of them)")
     g.add_argument("--processes", "-j", type=processes, default=1, metavar="N",
                    help="run protocol A's runs in N worker processes (0: one per core; default 1)")
+    g.add_argument("--workers", type=processes, metavar="N",
+                   help="run them on a Dask LocalCluster of N worker processes instead (0: one per core; needs "
+                        "gpuslice[sweep])")
+    g.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                   help="run them on an existing Dask cluster (its scheduler's address; needs gpuslice[sweep])")
 
 
 def queue_options(ap: argparse.ArgumentParser) -> None:
