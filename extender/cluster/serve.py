@@ -16,6 +16,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ from extender.cluster.sync import ClusterSync
 from extender.cluster.webhook import Pod
 from extender.cluster.webhook import handle as handle_review
 from extender.config import ConfigError, ExtenderConfig
+from extender.history.store import ConfigMapStore
 from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
 from extender.timing import Phases, measuring
@@ -101,6 +103,11 @@ class ClusterRuntime:
         self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
         self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)
         self.state.core.on_bound = self._allocated
+        self.state.core.history = config.demand_book(self.catalog)
+        self.history: ConfigMapStore | None = None  # the demand history's chunks in the API (the leader writes)
+        if self.state.core.history is not None:
+            self.history = ConfigMapStore(self.kube, cluster.namespace, self.state.core.history,
+                                          prefix=f"{cluster.lease_name}-history")
         self.extender_metrics = ExtenderMetrics(self.state.core.gauges)
         self.metrics = ClusterMetrics(self.extender_metrics.registry)
         self.elector: LeaderElector | None = None
@@ -166,13 +173,20 @@ class ClusterRuntime:
 
     def _run_term(self, term: _Term) -> None:
         """Rebuild from the API (retrying while the API is away), then run the parts and turn ready."""
+        began = time.time()
         while not term.stopped.is_set():
             try:
+                if self.history is not None:
+                    self.history.load(began)  # before the rebuild: the claims it adopts are known ones
                 term.sync.rebuild()
                 break
             except Exception as e:  # the API away, or a bad object: not ready, and try again
                 log.warning("rebuild from the API failed (%s); retrying in 1 s", e)
                 term.stopped.wait(1.0)
+        if self.history is not None and not term.stopped.is_set():
+            lost = self.history.settle(self.state.holding_or_waiting())
+            if lost:
+                log.info("demand history: %d claim(s) ended while no leader recorded", lost)
         if not self._settled:
             settle_heap()  # the rebuilt ledger is long-lived: keep full GC passes off the request path
             self._settled = True
@@ -182,6 +196,8 @@ class ClusterRuntime:
             term.sync.start()
             term.reporter.start()
             term.gate.start()
+            if self.history is not None:
+                self.history.start()
             self.state.ready = True
             term.gate.kick()
         log.info("gpuslice is ready: %d nodes, %d bound claims", len(self.state.ledger.nodes),
@@ -203,6 +219,8 @@ class ClusterRuntime:
         term.gate.stop()
         term.reporter.stop()
         term.sync.stop()
+        if self.history is not None:
+            self.history.stop()  # the last rows written: the next leader continues from them
         self.state.reset()
 
     # ---- webhook ---------------------------------------------------------------------------------

@@ -247,6 +247,15 @@ class ClusterState:
         with self.core.cache.lock:
             return {a.claim: (a.node, a.gpus) for a in self.core.ledger.allocations.values() if not a.reserved}
 
+    def holding_or_waiting(self) -> set[str]:
+        """Claims holding a slice or waiting in line (what the demand history may keep open)."""
+        with self.core.cache.lock:
+            queue = self.core.waiting.queue
+            held = set(self.core.ledger.allocations)
+            if self.core.history is None:
+                return held
+            return held | {r.claim for r in self.core.history.open_rows() if queue.state(r.claim) is not None}
+
     def knows_node(self, name: str) -> bool:
         """Does the ledger hold GPUs of this node?"""
         with self.core.cache.lock:

@@ -17,7 +17,7 @@ from .api_calls import Call, calls
 REPO = Path(__file__).resolve().parents[2]
 # component -> (its roles in the manifests, the code that runs under them)
 COMPONENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "extender": (("gpuslice-extender",), ("extender/cluster",)),
+    "extender": (("gpuslice-extender",), ("extender/cluster", "extender/history")),
     "certs": (("gpuslice-certs",), ("extender/certs",)),
     "agent": (("gpuslice-agent",), ("enforcement",)),
 }
