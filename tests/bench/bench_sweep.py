@@ -66,7 +66,7 @@ def main() -> None:
     print(f"protocol A sweep: {len(work)} {source} pod lists x best-fit, first-fit x stable ties x seeds "
           f"{SEEDS[0]}-{SEEDS[-1]} = {len(tasks)} tasks; wall seconds of each sweep (the Dask clusters already up, "
           f"the workloads scattered in the timing), {rounds} rounds interleaved, medians; {os.cpu_count()} cores "
-          "shared with whatever else runs (other sessions' tests and benches on this machine: read the figures as that)")
+          "shared with other sessions' tests and benches on this machine: read the figures as that")
     clients = {n: dask_sweep.client_for(n, None) for n in (1, 2)}
     times: dict[str, list[float]] = {"dask-1": [], "dask-2": [], "processes-2": []}
     rss: dict[str, float] = {}
