@@ -43,7 +43,7 @@ def client_for(workers: int | None, scheduler: str | None) -> Any:
         except (OSError, TimeoutError) as e:
             raise UsageError(f"--scheduler {scheduler}: no Dask scheduler answers there ({e})") from None
     cluster = LocalCluster(n_workers=workers or 1, threads_per_worker=1, processes=True,  # type: ignore[no-untyped-call]
-                           dashboard_address=None, silence_logs=40, memory_limit=0)
+                           dashboard_address=":0", silence_logs=40, memory_limit=0)  # any free port: never 8787
     return Client(cluster)  # type: ignore[no-untyped-call]
 
 

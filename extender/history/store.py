@@ -12,11 +12,11 @@ is already the one durable store gpuslice relies on, and these objects are small
   it is complete, its gaps.
 * **The leader** flushes every ``flush_s`` (10 s) when rows changed, and every ``heartbeat_s``
   (60 s) anyway so its ``until`` says it was recording: one write (a replace of its current chunk)
-  per flush, however many claims changed. A chunk is closed at ``chunk_bytes`` compressed (64 KiB)
-  and the next starts with every open row, so any suffix of chunks holds every open claim.
-  Chunks whose rows all ended longer ago than the age bound, or beyond the size bound, are deleted
-  oldest first. A leader never writes another term's chunk: a deposed leader's late write lands in
-  its own chunk and is read at the next load.
+  per flush, however many claims changed. A chunk is closed at ``chunk_bytes`` compressed (32 KiB).
+  Chunks older than the age bound, or beyond the size bound, are deleted oldest first; an open
+  claim whose latest row lives in the chunk to delete is written again into the current one first,
+  so what is left always holds every open claim. A leader never writes another term's chunk: a
+  deposed leader's late write lands in its own chunk and is read at the next load.
 * **A new leader** lists the chunks (one LIST), folds them into its book, records a gap from the
   last ``until`` to its own start when they are more than ``GAP_TOLERANCE_S`` apart (the extender
   was down, or a leader died between flushes), and once its ledger is rebuilt marks the open claims
@@ -50,7 +50,7 @@ DATA_KEY = "rows.jsonl.gz"
 ANN = "gpuslice.io/history-"
 FLUSH_S = 10.0
 HEARTBEAT_S = 60.0
-CHUNK_BYTES = 64 * 1024  # compressed: a ConfigMap holds at most 1 MiB
+CHUNK_BYTES = 32 * 1024  # compressed; a ConfigMap holds at most 1 MiB, and each flush rewrites the current chunk
 GAP_TOLERANCE_S = 5.0  # a hand-over shorter than this is not a gap (the new leader reads what the old flushed)
 MAX_PENDING_LINES = 200_000  # rows kept for a write the API refuses; beyond, the oldest go and a gap says so
 
@@ -80,6 +80,7 @@ class ConfigMapStore:
         self.term = 0.0
         self._seq = 0
         self._lines: list[bytes] = []  # the current chunk's lines
+        self._where: dict[str, str] = {}  # open claim -> the chunk holding its latest row
         self._from = 0.0
         self._written = 0.0  # when the current chunk was last written
         self._dirty = False
@@ -103,14 +104,19 @@ class ConfigMapStore:
         started, complete, until = term_start, 0.0, 0.0
         gaps: set[tuple[float, float]] = set()
         self.chunks = []
+        self._where = {}
         for cm in sorted(items, key=lambda c: str(c["metadata"]["name"])):
             meta = cm["metadata"]
             ann = meta.get("annotations") or {}
             try:
                 raw = gzip.decompress(base64.b64decode((cm.get("binaryData") or {}).get(DATA_KEY, "")))
-                for line in raw.splitlines():
-                    if line.strip():
-                        rows.append(parse_row(json.loads(line)))
+                found = [parse_row(json.loads(line)) for line in raw.splitlines() if line.strip()]
+                rows.extend(found)
+                for r in found:
+                    if r.open:
+                        self._where[r.claim] = str(meta["name"])
+                    else:
+                        self._where.pop(r.claim, None)
                 started = min(started, float(ann.get(ANN + "started", term_start)))
                 complete = max(complete, float(ann.get(ANN + "complete-since", 0.0)))
                 chunk_until = float(ann.get(ANN + "until", 0.0))
@@ -151,9 +157,9 @@ class ConfigMapStore:
     # ---- the leader writes ------------------------------------------------------------------------------
 
     def _new_chunk(self, at: float) -> None:
-        self._lines = [r.encode() for r in self.book.open_rows()]  # every open claim, so old chunks may go
+        self._lines = []
         self._from = at
-        self._dirty = True
+        self._dirty = False
         self._written = 0.0
 
     def _name(self) -> str:
@@ -165,8 +171,7 @@ class ConfigMapStore:
             now = self.clock()
             changed = self.book.take_changes()
             if changed:
-                self._lines.extend(r.encode() for r in changed)
-                self._dirty = True
+                self._append(changed)
                 if len(self._lines) > MAX_PENDING_LINES:
                     lost = self._lines[: len(self._lines) - MAX_PENDING_LINES]
                     del self._lines[: len(lost)]
@@ -174,21 +179,37 @@ class ConfigMapStore:
                     log.error("demand history: %d rows could not be written; dropped, kept as a gap", len(lost))
             if not self._dirty and now - self._written < self.heartbeat_s:
                 return True
-            raw = b"".join(self._lines)
-            packed = gzip.compress(raw, 6)
-            try:
-                self._write(packed, len(raw), now)
-            except KubeError as e:
-                log.warning("demand history: writing %s failed (%s); retrying at the next flush", self._name(), e)
+            if not self._write_current(now):
                 return False
-            self._dirty = False
-            self._written = now
-            if len(packed) > self.chunk_bytes:
-                self.chunks.append(Chunk(self._name(), now, len(raw)))
-                self._seq += 1
-                self._new_chunk(now)
             self._prune(now)
             return True
+
+    def _append(self, rows: Iterable[DemandRow]) -> None:
+        name = self._name()
+        for r in rows:
+            self._lines.append(r.encode())
+            if r.open:
+                self._where[r.claim] = name
+            else:
+                self._where.pop(r.claim, None)  # closed: its chunk may go with the history's bounds
+        self._dirty = True
+
+    def _write_current(self, now: float) -> bool:
+        """Write the current chunk (closing it once it is full); False when the API refused."""
+        raw = b"".join(self._lines)
+        packed = gzip.compress(raw, 6)
+        try:
+            self._write(packed, len(raw), now)
+        except KubeError as e:
+            log.warning("demand history: writing %s failed (%s); retrying at the next flush", self._name(), e)
+            return False
+        self._dirty = False
+        self._written = now
+        if len(packed) > self.chunk_bytes:
+            self.chunks.append(Chunk(self._name(), now, len(raw)))
+            self._seq += 1
+            self._new_chunk(now)
+        return True
 
     def _write(self, packed: bytes, raw_bytes: int, now: float) -> None:
         name = self._name()
@@ -213,10 +234,16 @@ class ConfigMapStore:
         self.bytes_written += len(body["binaryData"][DATA_KEY])
 
     def _prune(self, now: float) -> None:
-        """Delete the oldest closed chunks beyond the book's bounds (never the one being written)."""
+        """Delete the oldest closed chunks beyond the book's bounds (never the one being written); the open
+        claims whose latest row is in one are written into the current chunk first."""
         total = sum(c.raw_bytes for c in self.chunks)
         while self.chunks and (total > self.book.max_bytes or self.chunks[0].until < now - self.book.max_age_s):
             old = self.chunks[0]
+            keep = [r for r in self.book.open_rows() if self._where.get(r.claim) == old.name]
+            if keep:
+                self._append(keep)
+                if not self._write_current(now):
+                    return
             try:
                 self.kube.request("DELETE", f"{self.path}/{q(old.name)}")
             except KubeError as e:
@@ -225,6 +252,7 @@ class ConfigMapStore:
                     return
             self.chunks.pop(0)
             total -= old.raw_bytes
+            self._where = {c: n for c, n in self._where.items() if n != old.name}
 
     # ---- the flush loop ------------------------------------------------------------------------------------
 

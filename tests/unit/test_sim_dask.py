@@ -43,7 +43,7 @@ def plain(result: Any) -> str:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
                                        silence_logs=40, memory_limit=0)
     with distributed.Client(cluster) as c:
         yield c
