@@ -328,11 +328,13 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
 
 
 def _open_simulated(args: argparse.Namespace) -> PynvmlBackend:
-    """The cards of ``--simulated-gpus`` behind pynvml's interface (the real-node suite, demos)."""
+    """The cards of ``--simulated-gpus`` (a count, or a JSON file) behind pynvml's interface."""
     from enforcement.nvml import PynvmlBackend, bounded
-    from enforcement.simnode import SimulatedCards
+    from enforcement.simnode import SimulatedCards, counted_cards
 
-    return bounded(PynvmlBackend(SimulatedCards(args.simulated_gpus)), args.nvml_deadline).open()
+    given = args.simulated_gpus
+    cards = SimulatedCards(counted_cards(given, args.node_name) if isinstance(given, int) else given)
+    return bounded(PynvmlBackend(cards), args.nvml_deadline).open()
 
 
 def _open_nvml(deadline_s: float) -> PynvmlBackend | None:

@@ -34,6 +34,7 @@ from enforcement.kubeapi import KubeApi
 from enforcement.limiter import LimiterHost, LimiterMode
 from enforcement.limiterhost import NodeLimiter, install
 from enforcement.pods import PodIndex
+from enforcement.simnode import simulated_gpus
 from packing.products import load_catalog
 
 log = logging.getLogger(__name__)
@@ -93,8 +94,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds between NVML health probes of the cards (5)")
     g.add_argument("--slice-resync", type=float, default=float(_env("slice-resync", "10")),
                    help="seconds between checks that the ResourceSlice is still there (10)")
-    g.add_argument("--simulated-gpus", type=Path, default=_env("simulated-gpus", "") or None,
-                   help="serve these simulated cards (JSON) instead of NVML: tests and demos only")
+    g.add_argument("--simulated-gpus", type=simulated_gpus, default=_env("simulated-gpus", "") or None,
+                   metavar="N|CARDS.json",
+                   help="serve simulated cards instead of NVML: N V100-32GB cards, or the cards of a JSON file "
+                        "(enforcement/simnode.py); tests, demos and clusters without GPUs only")
     g.add_argument("--catalog", default=_env("catalog", "") or None, help="product catalog (default: built-in)")
 
 
