@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 
@@ -11,6 +10,7 @@ from packing.ledger import Ledger, NoFit
 from packing.mix_estimator import catalog_prior
 from packing.policies import POLICIES, place, policy_for
 from packing.products import Catalog, CatalogError, load_catalog
+from packing.usage import CommandParser
 
 SAMPLE = ["v100-25", "v100-50", "v100-25", "v100-100", "v100-25", "v100-50", "v100-25", "v100-100",
           "v100-50", "v100-25", "v100-100", "v100-50"]
@@ -38,13 +38,15 @@ def run(policy: str, nodes: int, gpus: int, catalog: Catalog) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(
+    ap = CommandParser(
         prog="gpuslice demo",
         description=f"Pack a sample workload of {len(SAMPLE)} pods ({', '.join(dict.fromkeys(SAMPLE))}) onto "
                     "V100 32 GB cards with each placement policy, and show where each pod went and how full "
                     "each card is (one # per quarter of it in use). No cluster, no server.")
     ap.add_argument("--nodes", type=positive_int, default=2, metavar="N", help="nodes in the demo cluster (default 2)")
-    ap.add_argument("--gpus", type=positive_int, default=4, metavar="N", help="V100 32 GB cards per node (default 4)")
+    ap.add_argument("--cards-per-node", type=positive_int, default=4, metavar="N",
+                    help="V100 32 GB cards per node (default 4; --gpus is its deprecated old name)")
+    ap.alias("--gpus", "--cards-per-node")
     ap.add_argument("--catalog", default=None, metavar="TOML",
                     help="product catalog (default: the built-in V100 catalog); it must offer the sample's products")
     args = ap.parse_args(list(argv))
@@ -59,5 +61,5 @@ def main(argv: Sequence[str]) -> int:
               f"offer (it offers {', '.join(p.name for p in catalog.products)})", file=sys.stderr)
         return 2
     for name in POLICIES:
-        print(run(name, args.nodes, args.gpus, catalog))
+        print(run(name, args.nodes, args.cards_per_node, catalog))
     return 0

@@ -305,6 +305,8 @@ def load_catalog(path: str | Path | None = None) -> Catalog:
             text = Path(chosen).read_text(encoding="utf-8")
         except OSError as e:
             raise CatalogError(f"cannot read catalog {chosen}: {e.strerror}") from e
+        except UnicodeDecodeError as e:
+            raise CatalogError(f"{chosen}: not a TOML catalog (not UTF-8 text: byte {e.start})") from e
         source = str(chosen)
     try:
         data = tomllib.loads(text)
