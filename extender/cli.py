@@ -7,7 +7,9 @@ import importlib
 import importlib.util
 import json
 import os
+import socket
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,11 +17,16 @@ from extender.client import ClientError, ExtenderClient
 from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig
 from extender.state import MODES
 from extender.wire import DEFAULT_MAX_NODES
+from packing.argtypes import non_negative_int, port, positive_int, positive_number, readable_file
+from packing.load_phase import DEFAULT_THRESHOLD as CHURN_AT
 from packing.policies import DEFAULT_POLICY, policy_names
+from packing.usage import Applies, CommandParser
+
+STANDALONE_ONLY = ("--nodes", "--cards-per-node", "--gpu-model", "--learn-nodes", "--waiting-ttl", "--demo")
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+def _parser() -> CommandParser:
+    ap = CommandParser(
         prog="gpuslice serve",
         description="Run the kube-scheduler extender (gunicorn: one worker process, threads).",
     )
@@ -32,10 +39,10 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--demo", action="store_true",
                     help="with --standalone: start the server, drive it with a sample workload, stop, exit")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
-    ap.add_argument("--threads", type=int, default=8,
+    ap.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
+    ap.add_argument("--threads", type=positive_int, default=8,
                     help="threads deciding whole requests in the one worker (default 8; bodies are read before)")
-    ap.add_argument("--bind-threads", type=int, default=32,
+    ap.add_argument("--bind-threads", type=positive_int, default=32,
                     help="threads of binds alone, which wait for the API server in a cluster (default 32)")
     ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
     for verb, key in (("filter", "filterVerb"), ("prioritize", "prioritizeVerb"), ("bind", "bindVerb")):
@@ -47,35 +54,42 @@ def _parser() -> argparse.ArgumentParser:
                          "cooperative: all fitting")
     ap.add_argument("--policy", choices=policy_names(), default=DEFAULT_POLICY,
                     help=f"placement policy (default {DEFAULT_POLICY}); the simulator offers the same set")
-    ap.add_argument("--reservation-ttl", type=float, default=30.0, metavar="SECONDS",
+    ap.add_argument("--reservation-ttl", type=positive_number, default=30.0, metavar="SECONDS",
                     help="how long a filter's reservation waits for its bind (default 30)")
-    ap.add_argument("--pod-cache", type=int, default=10_000, metavar="PODS",
+    ap.add_argument("--pod-cache", type=positive_int, default=10_000, metavar="PODS",
                     help="pods remembered between filter and bind (default 10000)")
     ap.add_argument("--refuse-resource", action="append", default=[], metavar="NAME",
                     help="refuse pods asking for this resource, e.g. nvidia.com/gpu (repeatable)")
-    ap.add_argument("--max-body-mib", type=int, default=DEFAULT_MAX_BODY // (1024 * 1024),
+    ap.add_argument("--max-body-mib", type=positive_int, default=DEFAULT_MAX_BODY // (1024 * 1024),
                     help="largest request body in MiB (413 beyond it, chunked bodies too; default "
                          f"{DEFAULT_MAX_BODY // (1024 * 1024)})")
-    ap.add_argument("--max-nodes", type=int, default=DEFAULT_MAX_NODES,
+    ap.add_argument("--max-nodes", type=positive_int, default=DEFAULT_MAX_NODES,
                     help=f"most nodes one filter or prioritize may name (413 beyond; default {DEFAULT_MAX_NODES})")
-    ap.add_argument("--body-timeout", type=float, default=10.0, metavar="SECONDS",
+    ap.add_argument("--body-timeout", type=positive_number, default=10.0, metavar="SECONDS",
                     help="a request body still arriving after this long is refused with 408 (default 10)")
-    ap.add_argument("--slow-request", type=float, default=0.5, metavar="SECONDS",
+    ap.add_argument("--slow-request", type=positive_number, default=0.5, metavar="SECONDS",
                     help="log a request slower than this with its phases (default 0.5)")
     ap.add_argument("--admin", action="store_true", help="enable POST /admin/release (always on standalone)")
     ap.add_argument("--learn-nodes", action="store_true",
                     help="standalone: take GPU inventories from the Node objects of request bodies (trusts every "
                          "client that reaches the port: use it with mutual TLS)")
-    ap.add_argument("--waiting-ttl", type=float, default=600.0, metavar="SECONDS",
+    ap.add_argument("--waiting-ttl", type=positive_number, default=600.0, metavar="SECONDS",
                     help="standalone: a waiting pod no filter asked about for this long leaves the queue (default 600)")
-    ap.add_argument("--nodes", type=int, default=0, help="standalone: seed N nodes named node-<i>")
-    ap.add_argument("--gpus-per-node", type=int, default=8, help="standalone: cards per seeded node (default 8)")
+    ap.add_argument("--nodes", type=non_negative_int, default=0, metavar="N",
+                    help="standalone: seed N nodes named node-<i>")
+    ap.add_argument("--cards-per-node", type=positive_int, default=8, metavar="N",
+                    help="standalone: cards per seeded node (default 8; --gpus-per-node is its deprecated old name)")
+    ap.alias("--gpus-per-node", "--cards-per-node")
     ap.add_argument("--gpu-model", default="Tesla-V100-SXM2-32GB",
                     help="standalone: model label of seeded cards (default Tesla-V100-SXM2-32GB)")
-    ap.add_argument("--catalog", default="", help="product catalog TOML (default: the built-in V100 catalog)")
-    ap.add_argument("--tls-cert", default="", help="serve HTTPS with this certificate (PEM)")
-    ap.add_argument("--tls-key", default="", help="the certificate's private key (PEM)")
-    ap.add_argument("--client-ca", default="", help="verify client certificates against this CA (PEM)")
+    ap.add_argument("--catalog", type=readable_file, default=None, metavar="TOML",
+                    help="product catalog TOML (default: the built-in V100 catalog)")
+    ap.add_argument("--tls-cert", type=readable_file, default=None, metavar="PEM",
+                    help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--tls-key", type=readable_file, default=None, metavar="PEM",
+                    help="the certificate's private key (PEM)")
+    ap.add_argument("--client-ca", type=readable_file, default=None, metavar="PEM",
+                    help="verify client certificates against this CA (PEM)")
     ap.add_argument("--require-client-cert", action="store_true",
                     help="filter, prioritize and bind need a client certificate signed by --client-ca")
     ap.add_argument("--client-subject", action="append", default=[], metavar="SUBJECT",
@@ -104,10 +118,10 @@ def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
         max_body_bytes=args.max_body_mib * 1024 * 1024, mode=args.mode, policy=args.policy,
         reservation_ttl_s=args.reservation_ttl, pod_cache_size=args.pod_cache,
         refused_resources=tuple(args.refuse_resource), standalone=args.standalone, admin=args.admin,
-        nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model, catalog=args.catalog,
+        nodes=args.nodes, gpus_per_node=args.cards_per_node, gpu_model=args.gpu_model, catalog=args.catalog or "",
         max_nodes=args.max_nodes, body_timeout_s=args.body_timeout, slow_request_s=args.slow_request,
-        learn_nodes=args.learn_nodes, waiting_ttl_s=args.waiting_ttl, tls_cert=args.tls_cert, tls_key=args.tls_key,
-        client_ca=args.client_ca, require_client_cert=args.require_client_cert,
+        learn_nodes=args.learn_nodes, waiting_ttl_s=args.waiting_ttl, tls_cert=args.tls_cert or "",
+        tls_key=args.tls_key or "", client_ca=args.client_ca or "", require_client_cert=args.require_client_cert,
         client_subjects=tuple(args.client_subject), metrics_subjects=tuple(args.metrics_subject),
         history=args.history, history_max_age_s=args.history_max_age * 86400.0,
         history_max_mib=args.history_max_mib, history_names=args.history_names,
@@ -141,6 +155,7 @@ def _serve(config: ExtenderConfig) -> int:
         from extender.cluster.config import ClusterConfig
 
         ClusterConfig.from_env()  # the same for bad GPUSLICE_* cluster settings
+    _check_listen(config.host, config.port)
     os.environ.update(config.to_env())
 
     class _Extender(BaseApplication):  # type: ignore[misc]
@@ -158,40 +173,91 @@ def _serve(config: ExtenderConfig) -> int:
     return 0
 
 
+class CannotListen(Exception):
+    """The address to serve on is taken or cannot be had (exit status 1: the machine, not the flags)."""
+
+
+def _check_listen(host: str, port_number: int) -> None:
+    """Bind the address once, as gunicorn would, so a taken port is one line rather than gunicorn's retries."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port_number, type=socket.SOCK_STREAM,
+                                                             flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as e:
+        raise ConfigError(f"--host {host}: not an address to listen on ({e.strerror})") from None
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn: a TIME_WAIT port is free
+        try:
+            sock.bind(address)
+        except OSError as e:
+            raise CannotListen(f"cannot listen on {host}:{port_number}: {e.strerror} (another server there? "
+                               "choose another --port)") from None
+
+
+def _rules() -> list[Applies]:
+    return [
+        Applies(STANDALONE_ONLY, lambda a: a.standalone,
+                "applies to --standalone only (in a cluster the nodes come from the API server)",
+                "drop it, or add --standalone"),
+        Applies(("--cards-per-node",), lambda a: a.nodes > 0, "sizes the nodes --nodes seeds, and none are seeded",
+                "add --nodes N"),
+        Applies(("--gpu-model",), lambda a: a.nodes > 0 or a.demo, "labels the cards --nodes seeds, and none are "
+                "seeded", "add --nodes N"),
+    ]
+
+
 def main(argv: Sequence[str]) -> int:
-    """``gpuslice serve``: exit code 0 on a clean stop, 2 on bad settings."""
+    """``gpuslice serve``: exit code 0 on a clean stop, 2 on bad settings, 1 when the address is taken."""
     ap = _parser()
     args = ap.parse_args(list(argv))
-    if args.demo and not args.standalone:
-        ap.error("--demo needs --standalone (it runs without a cluster)")
+    ap.check(args, _rules())
+    if args.standalone and not args.demo and not args.nodes and not args.learn_nodes:
+        ap.error("--standalone with no nodes would serve nothing: seed them with --nodes N (--cards-per-node "
+                 "cards each), or take them from request bodies with --learn-nodes")
     try:
         config = config_from_args(args)
-    except ConfigError as e:
-        print(f"gpuslice serve: {e}", file=sys.stderr)
-        return 2
-    if args.demo:
-        from extender.demo import run_demo
+        if args.demo:
+            from extender.app import build_app
+            from extender.demo import demo_config, run_demo
 
-        return run_demo(config)
-    try:
+            config = demo_config(config)
+            build_app(config)  # a bad catalog or model is one line here, not a worker's traceback
+            return run_demo(config)
         return _serve(config)
     except (ConfigError, ValueError) as e:
         print(f"gpuslice serve: {e}", file=sys.stderr)
         return 2
+    except CannotListen as e:
+        print(f"gpuslice serve: {e}", file=sys.stderr)
+        return 1
 
 
-def _phase_words(phase: dict[str, Any] | None) -> str:
-    """Which rule places now, for a policy that reads the load phase ("" for one that reads none)."""
+def _phase_words(phase: dict[str, Any] | None) -> list[str]:
+    """Which rule places now and why, for a policy that reads the load phase (none for one that reads none)."""
     if not phase:
-        return ""
-    rule = "best fit (churning)" if phase["churning"] else "the fragment gradient (filling)"
-    return f", placing by {rule}, departures per arrival {phase['departure_ratio']:.2f}"
+        return []
+    ratio = f"{phase['departure_ratio']:.2f} departures per arrival lately"
+    if phase["churning"]:
+        return [f"placement: pods leave about as fast as they arrive ({ratio}, {CHURN_AT:.2f} or more): "
+                "best fit, to fill the fullest cards"]
+    return [f"placement: the cluster is filling ({ratio}, under {CHURN_AT:.2f}): the fragment gradient, to keep "
+            "whole cards free"]
 
 
-def _render(state: dict[str, Any]) -> str:
-    lines = [f"mode {state['mode']}, policy {state['policy']}, ready {state['ready']}, epoch {state['epoch']}, "
-             f"reservation TTL {state['reservation_ttl_s']} s" + ("" if state["durable"] else ", not durable")
-             + _phase_words(state.get("placement_phase"))]
+def _since(epoch_ms: int, now: float) -> str:
+    """When the ledger's current life began, in words: '3m12s ago (2026-03-01 10:00:00 UTC)'."""
+    at = epoch_ms / 1000
+    ago = max(0, int(now - at))
+    span = f"{ago // 3600}h{ago % 3600 // 60:02d}m" if ago >= 3600 else f"{ago // 60}m{ago % 60:02d}s"
+    return f"{span} ago ({time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(at))})"
+
+
+def _render(state: dict[str, Any], now: float | None = None) -> str:
+    ready = "ready" if state["ready"] else "NOT READY"
+    lines = [f"mode {state['mode']}, policy {state['policy']}, {ready}; ledger built "
+             f"{_since(int(state['epoch']), time.time() if now is None else now)}; a filter's reservation waits "
+             f"{state['reservation_ttl_s']:g} s for its bind"
+             + ("" if state["durable"] else "; in memory only (lost at a restart)")]
+    lines += _phase_words(state.get("placement_phase"))
     lines.append(f"free slices: {', '.join(f'{p} x{n}' for p, n in state['free_slices'].items())}")
     lines.append(f"nodes ({len(state['nodes'])}):")
     for node in state["nodes"]:
@@ -226,27 +292,33 @@ def _tls_hint(error: str, ca: str) -> str:
 
 def status_main(argv: Sequence[str]) -> int:
     """``gpuslice status``: GET /state of a running extender and print it (``--json`` for raw)."""
-    ap = argparse.ArgumentParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
+    ap = CommandParser(prog="gpuslice status", description="Print a running extender's ledger and queue.")
     env = os.environ.get  # the chart sets GPUSLICE_STATUS_* in the extender's container: `kubectl exec` needs no flags
     ap.add_argument("--url", default=env("GPUSLICE_STATUS_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
                     help="the extender's base URL (GET /state answers over loopback, or to an allowed client "
                          "certificate; default $GPUSLICE_STATUS_URL, else http://127.0.0.1:8888)")
-    ap.add_argument("--ca", default=env("GPUSLICE_STATUS_CA", ""),
+    ap.add_argument("--ca", type=readable_file, default=env("GPUSLICE_STATUS_CA") or None, metavar="PEM",
                     help="https: verify the extender against this CA (PEM; default $GPUSLICE_STATUS_CA)")
-    ap.add_argument("--cert", default=env("GPUSLICE_STATUS_CERT", ""),
+    ap.add_argument("--cert", type=readable_file, default=env("GPUSLICE_STATUS_CERT") or None, metavar="PEM",
                     help="https: present this client certificate (PEM)")
-    ap.add_argument("--key", default=env("GPUSLICE_STATUS_KEY", ""), help="https: the client certificate's key (PEM)")
+    ap.add_argument("--key", type=readable_file, default=env("GPUSLICE_STATUS_KEY") or None, metavar="PEM",
+                    help="https: the client certificate's key (PEM)")
     ap.add_argument("--server-name", default=env("GPUSLICE_STATUS_SERVER_NAME", ""),
                     help="https: the name the extender's certificate carries, when the URL names an address it "
                          "does not (e.g. gpuslice-extender.gpuslice-system.svc; default $GPUSLICE_STATUS_SERVER_NAME)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     args = ap.parse_args(list(argv))
+    ca = args.ca or ""
     try:
-        with ExtenderClient(args.url, timeout=10, ca=args.ca, cert=args.cert, key=args.key,
-                            server_name=args.server_name) as client:
+        client = ExtenderClient(args.url, timeout=10, ca=ca, cert=args.cert or "", key=args.key or "",
+                                server_name=args.server_name)
+    except ClientError as e:  # the flags themselves: a URL that is not one, TLS files that do not load
+        ap.error(f"--url {args.url}: {e}" if "URL" in str(e) else f"--ca, --cert, --key: {e}")
+    try:
+        with client:
             status, state = client.get("/state")
     except ClientError as e:
-        print(f"gpuslice status: {e}{_tls_hint(str(e), args.ca)}", file=sys.stderr)
+        print(f"gpuslice status: {e}{_tls_hint(str(e), ca)}", file=sys.stderr)
         return 1
     if status != 200 or not isinstance(state, dict):
         print(f"gpuslice status: GET /state answered HTTP {status}: {state}", file=sys.stderr)

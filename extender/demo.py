@@ -107,11 +107,17 @@ def _report(out: Callable[[str], None], state: dict[str, Any], queue_title: str)
         out(line)
 
 
+def demo_config(config: ExtenderConfig) -> ExtenderConfig:
+    """The settings the demo serves: standalone, and its own nodes unless ``config`` seeds some."""
+    if config.nodes:
+        return replace(config, standalone=True)
+    return replace(config, standalone=True, nodes=DEMO_NODES, gpus_per_node=DEMO_GPUS)
+
+
 def run_demo(config: ExtenderConfig, out: Callable[[str], None] = print, seed: int = 7) -> int:
     """Drive a fresh gunicorn extender with the sample workload; 0 when every reply was well-formed."""
-    nodes = config.nodes or DEMO_NODES
-    gpus = config.gpus_per_node if config.nodes else DEMO_GPUS
-    config = replace(config, standalone=True, nodes=nodes, gpus_per_node=gpus)
+    config = demo_config(config)
+    nodes, gpus = config.nodes, config.gpus_per_node
     try:
         server = start_on_free_port(config)
     except ServerError as e:

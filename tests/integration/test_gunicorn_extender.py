@@ -196,7 +196,7 @@ def test_status_reports_an_unreachable_extender() -> None:
 
 @pytest.mark.timeout(120)
 def test_gpuslice_serve_standalone_runs_gunicorn_in_process_until_sigterm(tmp_path: Path) -> None:
-    args = ["--nodes", "2", "--gpus-per-node", "2", "--prefix", "/v1"]
+    args = ["--nodes", "2", "--cards-per-node", "2", "--prefix", "/v1"]
     with gpuslice_serve(tmp_path, args, timeout=5) as client:  # exits 0 on SIGTERM, or the test fails
         status, reply = client.post("/v1/filter", filter_args(pod("p", "v100-50"), ["node-0", "node-1"]))
         # the default policy's keys are unique per node: strict filter keeps exactly one

@@ -134,7 +134,7 @@ def served(client: ExtenderClient, jobs: list[Job],
 
 @pytest.fixture
 def extender(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[ExtenderClient]:
-    args = ["--nodes", str(NODES), "--gpus-per-node", str(GPUS), "--gpu-model", LABEL, "--policy", request.param,
+    args = ["--nodes", str(NODES), "--cards-per-node", str(GPUS), "--gpu-model", LABEL, "--policy", request.param,
             "--reservation-ttl", "3600"]
     with gpuslice_serve(tmp_path, args) as client:
         yield client

@@ -55,7 +55,7 @@ def test_status_reads_state_over_https_with_the_ca(url: str, certs: Certs, capsy
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GPUSLICE_STATUS_URL", raising=False)
     assert status_main(["--url", url, "--ca", str(certs.ca)]) == 0
-    assert capsys.readouterr().out.startswith("mode strict, policy best-fit, ready True, epoch 3")
+    assert capsys.readouterr().out.startswith("mode strict, policy best-fit, ready; ledger built ")
 
 
 @pytest.mark.parametrize(("flags", "hint"), [

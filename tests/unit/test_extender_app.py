@@ -81,8 +81,8 @@ def test_state_view_shows_ledger_allocations_and_queue() -> None:
     assert doc["allocations"][0]["state"] == "reserved" and doc["allocations"][0]["pod"] == "default/a"
     assert doc["queue"][0]["pod"] == "default/huge" and doc["queue"][0]["position"] == 1
     assert doc["placement_phase"] == {"churning": False, "departure_ratio": 0.0}  # the default reads the phase
-    assert _render(doc).splitlines()[0].endswith(
-        ", placing by the fragment gradient (filling), departures per arrival 0.00")
+    assert _render(doc).splitlines()[1] == ("placement: the cluster is filling (0.00 departures per arrival lately, "
+                                            "under 0.50): the fragment gradient, to keep whole cards free")
     assert setup(policy="best-fit")[1].get("/state").get_json()["placement_phase"] is None
     assert client.post("/state").status_code == 405
 
