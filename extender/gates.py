@@ -11,14 +11,15 @@ lift before removing it, or delete such pods and let their controllers recreate 
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.cluster.kube import JSON_PATCH, Kube, KubeError, operator_kube, parse_time, q
+from extender.cluster.kube import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from extender.cluster.webhook import GATE
+from packing.argtypes import readable_file
+from packing.usage import CommandParser
 
 
 def gated(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
@@ -62,22 +63,25 @@ def _age(pod: Mapping[str, Any], now: float) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(
+    ap = CommandParser(
         prog="gpuslice gates",
         description="List the pods that still carry gpuslice's scheduling gate (gpuslice.io/queue), or lift it "
                     "(--lift): for an uninstall, once the webhook is gone (README.md, 'Uninstall'). A lifted pod "
-                    "is scheduled at once, outside the queue's order and entitlements.")
+                    "is scheduled at once, outside the queue's order and entitlements. Namespaces as kubectl "
+                    "chooses them (and as gpuslice queue does): -n, -A, else the kubeconfig context's.")
     where = ap.add_mutually_exclusive_group()
     where.add_argument("-n", "--namespace", default=None, help="only this namespace")
-    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
+    where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     ap.add_argument("--lift", action="store_true", help="remove the gate from each pod listed")
-    ap.add_argument("--kubeconfig", default="", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+    ap.add_argument("--kubeconfig", type=readable_file, default=None,
+                    help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     args = ap.parse_args(list(argv))
     from kubernetes.config import ConfigException
 
     try:
-        kube = operator_kube(args.kubeconfig)
-        pods = gated(kube, args.namespace)
+        namespace = None if args.all_namespaces else args.namespace or current_namespace(args.kubeconfig or "")
+        kube = operator_kube(args.kubeconfig or "")
+        pods = gated(kube, namespace)
     except (ConfigException, OSError, KubeError) as e:
         print(f"gpuslice gates: cannot list pods: {e}", file=sys.stderr)
         return 1
@@ -98,5 +102,6 @@ def main(argv: Sequence[str]) -> int:
                       file=sys.stderr)
         print(f"lifted {len(pods) - failed} of {len(pods)} gates")
     elif not pods:
-        print("no pod carries the gpuslice.io/queue gate")
+        scope = f" in namespace {namespace} (-A: every namespace)" if namespace else ""
+        print(f"no pod carries the gpuslice.io/queue gate{scope}")
     return 1 if failed else 0

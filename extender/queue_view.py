@@ -10,9 +10,7 @@ waiting pods of one namespace with their places in that one line.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -20,15 +18,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.cluster.kube import Kube, KubeError, operator_kube, parse_time, q
+from extender.cluster.kube import Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from extender.cluster.pending_writer import CONDITION
 from extender.cluster.webhook import GATE
 from extender.gates import product_of
+from packing.argtypes import readable_file
+from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways
 _POSITION = re.compile(r"^position (\d+) in the gpuslice queue: ")
 _PRODUCT = re.compile(r"\(([^():\s]+): \d+(?:st|nd|rd|th) of its product in line\)$")
-SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 NONE = "<none>"  # kubectl's word for an empty cell
 
 
@@ -150,23 +149,8 @@ def as_json(rows: Sequence[Waiting]) -> str:
     return json.dumps({"items": items}, indent=2)
 
 
-def current_namespace(kubeconfig: str = "") -> str:
-    """kubectl's default namespace: the kubeconfig context's, else the pod's service account's, else default."""
-    from kubernetes import config as kube_config
-
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-    if kubeconfig or os.path.exists(path):
-        _, context = kube_config.list_kube_config_contexts(config_file=path)  # type: ignore[no-untyped-call]
-        return str(((context or {}).get("context") or {}).get("namespace") or "default")
-    try:
-        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
-
-
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(
+    ap = CommandParser(
         prog="gpuslice queue",
         description="List the pods waiting for a slice: their place in line, product, reason, how long they have "
                     "waited and what they wait for (the gpuslice.io/Queued condition). Namespaces as kubectl "
@@ -180,16 +164,14 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("-o", "--output", choices=("table", "json"), default="table",
                     help="table (default) or json: the same rows, waits in seconds")
     ap.add_argument("--no-headers", action="store_true", help="table without its header line")
-    ap.add_argument("--kubeconfig", default="", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+    ap.add_argument("--kubeconfig", type=readable_file, default=None,
+                    help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     args = ap.parse_args(list(argv))
-    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
-        print(f"gpuslice queue: no kubeconfig file {args.kubeconfig}", file=sys.stderr)
-        return 1
     from kubernetes.config import ConfigException
 
     try:
-        namespace = None if args.all_namespaces else args.namespace or current_namespace(args.kubeconfig)
-        kube = operator_kube(args.kubeconfig)
+        namespace = None if args.all_namespaces else args.namespace or current_namespace(args.kubeconfig or "")
+        kube = operator_kube(args.kubeconfig or "")
         pods = list_pending(kube, namespace)
     except (ConfigException, OSError, KubeError) as e:
         print(f"gpuslice queue: cannot list pods: {e}", file=sys.stderr)

@@ -11,7 +11,6 @@ API, a refused step; nothing half-written is left: each Secret is written whole)
 
 from __future__ import annotations
 
-import argparse
 import base64
 import os
 import sys
@@ -32,14 +31,16 @@ from extender.certs.plan import (
     plan,
 )
 from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
+from packing.argtypes import non_negative_int, non_negative_number, positive_int, readable_file
+from packing.usage import CommandParser
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
 READERS = ("gpuslice-extender", "gpuslice-scheduler")  # Deployments that load the leaves at start
 TLS_TYPE = "kubernetes.io/tls"
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+def _parser() -> CommandParser:
+    ap = CommandParser(
         prog="gpuslice certs",
         description="Make or renew the CA, the extender's serving certificate, kube-scheduler's client "
                     "certificate and Prometheus's (for /metrics only) in Secrets, and set the gpuslice "
@@ -47,15 +48,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "gpuslice-system",
                     help="the extender's namespace (default $POD_NAMESPACE, else gpuslice-system)")
-    ap.add_argument("--kubeconfig", default="",
+    ap.add_argument("--kubeconfig", type=readable_file, default=None,
                     help="kubeconfig file (default $KUBECONFIG or ~/.kube/config, else the pod's service account)")
     ap.add_argument("--service", default="gpuslice-extender", help="the extender's Service (the serving names)")
     ap.add_argument("--webhook", default="gpuslice", help="the MutatingWebhookConfiguration whose caBundle to set")
     ap.add_argument("--san", action="append", default=[], metavar="NAME",
                     help="one more DNS name or IP address for the serving certificate (repeatable)")
-    ap.add_argument("--ca-days", type=int, default=3650, help="validity of a new CA, in days (default 3650)")
-    ap.add_argument("--leaf-days", type=int, default=365, help="validity of a new leaf certificate, in days (365)")
-    ap.add_argument("--renew-within-days", type=int, default=30,
+    ap.add_argument("--ca-days", type=positive_int, default=3650, help="validity of a new CA, in days (default 3650)")
+    ap.add_argument("--leaf-days", type=positive_int, default=365,
+                    help="validity of a new leaf certificate, in days (365)")
+    ap.add_argument("--renew-within-days", type=non_negative_int, default=30,
                     help="re-issue a leaf that expires within this many days (default 30)")
     step = ap.add_mutually_exclusive_group()
     step.add_argument("--renew", action="store_true", help="re-issue both leaves now, from the signing CA")
@@ -63,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="CA rotation, step 1: a new signing CA, trusted next to the old one (leaves unchanged)")
     step.add_argument("--drop-old-ca", action="store_true",
                       help="CA rotation, step 3 (after --renew): trust only the signing CA")
-    ap.add_argument("--wait-webhook", type=float, default=0.0, metavar="SECONDS",
+    ap.add_argument("--wait-webhook", type=non_negative_number, default=0.0, metavar="SECONDS",
                     help="wait this long for the webhook configuration to exist (default 0: note it and go on)")
     ap.add_argument("--restart", action="store_true",
                     help="when a certificate changed, restart the extender and kube-scheduler Deployments "
@@ -164,7 +166,7 @@ def main(argv: Sequence[str]) -> int:
     from kubernetes.config import ConfigException
 
     try:
-        kube = operator_kube(args.kubeconfig)
+        kube = operator_kube(args.kubeconfig or "")
     except (ConfigException, OSError) as e:
         print(f"gpuslice certs: cannot reach the API: {e}", file=sys.stderr)
         return 1

@@ -146,5 +146,8 @@ def test_without_n_the_contexts_namespace_is_listed_and_an_unreachable_api_is_on
     err = capsys.readouterr().err
     assert err.startswith("gpuslice queue: cannot list pods: ") and "/api/v1/namespaces/team-q/pods" in err
     assert err.count("\n") == 1
-    assert main(["--kubeconfig", str(tmp_path / "missing")]) == 1
-    assert capsys.readouterr().err == f"gpuslice queue: no kubeconfig file {tmp_path / 'missing'}\n"
+    with pytest.raises(SystemExit) as exit_:
+        main(["--kubeconfig", str(tmp_path / "missing")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[0] == \
+        f"gpuslice queue: error: argument --kubeconfig: no file {tmp_path / 'missing'}"
