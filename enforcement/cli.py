@@ -22,6 +22,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from enforcement.pacer import PacerParams
+from packing.argtypes import non_negative_number, positive_number
+from packing.usage import Applies, CommandParser, fields_as_flags
 
 if TYPE_CHECKING:
     from enforcement.agent import AgentConfig
@@ -31,31 +33,27 @@ if TYPE_CHECKING:
 log = logging.getLogger("gpuslice.agent")
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
+SIMULATION_ONLY = ("--duration", "--speed", "--report-every")
+# what the demo of --simulate does not read: it runs its own two cards and pods, no node, no cluster
+NODE_ONLY = ("--node-name", "--cgroup-root", "--proc-root", "--runtime-dir", "--listen", "--kubeconfig",
+             "--no-pacing", "--freeze-ceiling", "--nvml-deadline", "--stall", "--kubelet-dir", "--device-plugin-dir",
+             "--cdi-dir", "--state-dir", "--dra", "--device-plugin", "--nri", "--nri-socket", "--mps", "--limiter",
+             "--limiter-dir", "--limiter-source", "--hami-library", "--inventory-every", "--slice-resync",
+             "--simulated-gpus", "--catalog")
+# the validators' words for the flags (PacerParams, AgentConfig)
+FIELD_FLAGS = {"slot_s": "--slot", "period_s": "--period", "max_freeze_s": "--max-freeze", "burst_s": "--burst",
+               "grace_s": "--grace", "memory period": "--memory-period", "freeze ceiling": "--freeze-ceiling",
+               "stall limit": "--stall"}
+RULES = (
+    Applies(SIMULATION_ONLY, lambda a: a.simulate, "applies to --simulate only", "drop it, or add --simulate"),
+    Applies(NODE_ONLY, lambda a: not a.simulate,
+            "applies to the node agent, and --simulate runs its own demo (two simulated cards, no node, "
+            "no cluster)", "drop it, or drop --simulate"),
+)
 
 
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"), default)
-
-
-def _number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-
-
-def _positive(text: str) -> float:
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} must be positive")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
-    return value
 
 
 def _listen(text: str) -> tuple[str, int]:
@@ -65,21 +63,21 @@ def _listen(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-def parser() -> argparse.ArgumentParser:
+def parser() -> CommandParser:
     """The agent's command line (flags default to their GPUSLICE_AGENT_* environment variables)."""
-    p = argparse.ArgumentParser(
+    p = CommandParser(
         prog="gpuslice agent",
         description="Enforce GPU slice memory caps and pace compute shares on this node.",
     )
     sim = p.add_argument_group("simulation (no GPU, no cluster)")
     sim.add_argument("--simulate", action="store_true", help="run against simulated GPUs and a fake cgroup tree")
-    sim.add_argument("--duration", type=_positive, help="simulated seconds to run, then stop (default: forever)")
+    sim.add_argument("--duration", type=positive_number, help="simulated seconds to run, then stop (default: forever)")
     sim.add_argument(
         "--speed",
-        type=_non_negative,
+        type=non_negative_number,
         help="simulated seconds per wall second; 0 = as fast as possible (default: 0 with --duration, else 1)",
     )
-    sim.add_argument("--report-every", type=_positive, default=5.0, help="simulated seconds between tables (5)")
+    sim.add_argument("--report-every", type=positive_number, default=5.0, help="simulated seconds between tables (5)")
     node = p.add_argument_group("node")
     node.add_argument("--node-name", default=_env("node-name", os.environ.get("NODE_NAME")), help="this node's name")
     node.add_argument("--cgroup-root", type=Path, default=Path(_env("cgroup-root", "/sys/fs/cgroup") or ""),
@@ -96,46 +94,48 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument(
         "--listen", type=_listen, default=_env("listen", "0.0.0.0:9400"), help="HOST:PORT of /healthz, /metrics"
     )
-    node.add_argument("--kubeconfig", default=_env("kubeconfig"), help="kubeconfig file (default: in-cluster config)")
+    node.add_argument("--kubeconfig", default=_env("kubeconfig"), metavar="FILE",
+                      help="kubeconfig file (default: in-cluster config); read after what a crashed run left frozen "
+                           "is thawed, as every check that can fail is")
     ctl = p.add_argument_group("control")
-    ctl.add_argument("--memory-period", type=_positive, default=float(_env("memory-period", "0.2") or 0.2),
+    ctl.add_argument("--memory-period", type=positive_number, default=_env("memory-period") or "0.2",
                      metavar="SECONDS", help="seconds between checks of each slice's GPU memory against its cap "
                                              "(0.2 s)")
-    ctl.add_argument("--slot", type=_positive, default=float(_env("slot", "0.1") or 0.1), metavar="SECONDS",
+    ctl.add_argument("--slot", type=positive_number, default=_env("slot") or "0.1", metavar="SECONDS",
                      help="seconds per pacing decision: cgroups are frozen or thawed on slot boundaries (0.1 s)")
-    ctl.add_argument("--period", type=_positive, default=float(_env("period", "1.0") or 1.0), metavar="SECONDS",
+    ctl.add_argument("--period", type=positive_number, default=_env("period") or "1.0", metavar="SECONDS",
                      help="seconds per control period, over which every demanding slice runs (1 s; at least a slot)")
-    ctl.add_argument("--max-freeze", type=_positive, default=float(_env("max-freeze", "0.3") or 0.3),
+    ctl.add_argument("--max-freeze", type=positive_number, default=_env("max-freeze") or "0.3",
                      metavar="SECONDS", help="longest a slice is frozen at a time (0.3 s; at least a slot, under "
                                              "a period and under --freeze-ceiling)")
-    ctl.add_argument("--burst", type=_positive, default=float(_env("burst", "2.0") or 2.0), metavar="GPU_SECONDS",
+    ctl.add_argument("--burst", type=positive_number, default=_env("burst") or "2.0", metavar="GPU_SECONDS",
                      help="credit a slice may bank and spend above its share, in GPU-seconds per whole card of "
                           "entitlement (2: a 50 %% slice runs at most 1 GPU-second ahead of its share)")
     grace = _env("grace")
     ctl.add_argument(
         "--grace",
-        type=_non_negative,
-        default=float(grace) if grace else None,
+        type=non_negative_number,
+        default=grace or None,
         help="seconds a new slice runs unpaced (default 30; 5 with --simulate)",
     )
     ctl.add_argument("--no-pacing", action="store_true", default=_env("no-pacing") == "1", help="memory caps only")
     safe = p.add_argument_group("fail-safety")
     safe.add_argument(
         "--freeze-ceiling",
-        type=_positive,
-        default=float(_env("freeze-ceiling", "0.5") or 0.5),
+        type=positive_number,
+        default=_env("freeze-ceiling") or "0.5",
         help="no cgroup stays frozen longer, even with the control loop stuck (0.5 s)",
     )
     safe.add_argument(
         "--nvml-deadline",
-        type=_positive,
-        default=float(_env("nvml-deadline", "0.5") or 0.5),
+        type=positive_number,
+        default=_env("nvml-deadline") or "0.5",
         help="an NVML call not answered within this is given up on (0.5 s)",
     )
     safe.add_argument(
         "--stall",
-        type=_positive,
-        default=float(_env("stall", "2.0") or 2.0),
+        type=positive_number,
+        default=_env("stall") or "2.0",
         help="/healthz fails once the loop has made no progress for this long (2 s)",
     )
     p.add_argument("--log-level", default=_env("log-level", "INFO"), choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -148,7 +148,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str]) -> int:
     """Entry point of ``gpuslice agent``; returns the exit code."""
-    args = parser().parse_args(list(argv))
+    ap = parser()
+    args = ap.parse_args(list(argv))
+    ap.check(args, RULES)
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     grace = args.grace if args.grace is not None else (5.0 if args.simulate else 30.0)
     try:
@@ -156,8 +158,7 @@ def main(argv: Sequence[str]) -> int:
             slot_s=args.slot, period_s=args.period, max_freeze_s=args.max_freeze, burst_s=args.burst, grace_s=grace
         )
     except ValueError as e:
-        print(f"gpuslice agent: {e}", file=sys.stderr)
-        return 2
+        return ap.usage_error(fields_as_flags(str(e), FIELD_FLAGS))
     if args.simulate:
         from enforcement.simulate import run_demo
 
@@ -196,7 +197,7 @@ def _run_node(args: argparse.Namespace, params: PacerParams) -> int:
             stall_s=args.stall,
         )
     except ValueError as e:
-        print(f"gpuslice agent: {e}", file=sys.stderr)
+        print(f"gpuslice agent: {fields_as_flags(str(e), FIELD_FLAGS)}", file=sys.stderr)
         return 2
     keeper = _start_keeper(journal.path, args.cgroup_root)
     stop = threading.Event()

@@ -35,6 +35,7 @@ from enforcement.limiter import LimiterHost, LimiterMode
 from enforcement.limiterhost import NodeLimiter, install
 from enforcement.pods import PodIndex
 from enforcement.simnode import simulated_gpus
+from packing.argtypes import positive_number
 from packing.products import load_catalog
 
 log = logging.getLogger(__name__)
@@ -90,15 +91,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--hami-library", default=_env("hami-library", "") or None,
                    help="with --limiter=hami: a host libvgpu.so to mount into containers (default: the images "
                         "carry it)")
-    g.add_argument("--inventory-every", type=float, default=float(_env("inventory-every", "5")),
+    g.add_argument("--inventory-every", type=positive_number, default=_env("inventory-every", "") or "5",
                    help="seconds between NVML health probes of the cards (5)")
-    g.add_argument("--slice-resync", type=float, default=float(_env("slice-resync", "10")),
+    g.add_argument("--slice-resync", type=positive_number, default=_env("slice-resync", "") or "10",
                    help="seconds between checks that the ResourceSlice is still there (10)")
     g.add_argument("--simulated-gpus", type=simulated_gpus, default=_env("simulated-gpus", "") or None,
                    metavar="N|CARDS.json",
                    help="serve simulated cards instead of NVML: N V100-32GB cards, or the cards of a JSON file "
                         "(enforcement/simnode.py); tests, demos and clusters without GPUs only")
-    g.add_argument("--catalog", default=_env("catalog", "") or None, help="product catalog (default: built-in)")
+    g.add_argument("--catalog", default=_env("catalog", "") or None, metavar="TOML",
+                   help="product catalog (default: built-in; read after the thaw at start, like --kubeconfig)")
 
 
 @dataclass

@@ -235,6 +235,16 @@ class Simulation:
 
 
 # --- the demo ---------------------------------------------------------------------------------------
+LAST_CHANGE_S = 23.0  # demo_scenario's last change: infer-c killed at ~21 s, restarted 2 s later
+SUMMARY_WINDOW_S = 30.0  # the run's summary measures shares over its last 30 s
+
+
+def settling_time(params: PacerParams) -> float:
+    """How long the demo runs before its summary measures steady shares: the last change, the restarted
+    container's grace, then the summary's window."""
+    return LAST_CHANGE_S + params.grace_s + SUMMARY_WINDOW_S
+
+
 def demo_scenario() -> Scenario:
     """Two cards. GPU 0: a 50 % and a 25 % trainer, and a 25 % inference pod that is light until
     t=12 s, then busy, and leaks memory past its 8 GiB cap at t=21 s (killed; its container restarts
@@ -371,6 +381,12 @@ def run_demo(
     out = out or sys.stdout
 
     config = AgentConfig("sim-node", memory_period_s=memory_period_s, pacer=params)
+    settle_s = settling_time(params)
+    if duration is not None and duration < settle_s:  # first, so that nobody reads the errors as steady
+        print(f"note: {duration:g} s is too short for the shares to settle (about {settle_s:.0f} s: the last "
+              f"change at {LAST_CHANGE_S:.0f} s, its grace, then the {SUMMARY_WINDOW_S:.0f} s the summary "
+              f"measures), so the errors at the end are not steady ones; --duration {settle_s:.0f} or more shows "
+              "them converged", file=out)
     with tempfile.TemporaryDirectory(prefix="gpuslice-sim-") as tmp:
         sim = Simulation(demo_scenario(), Path(tmp), config)
         sim.start()
@@ -393,7 +409,7 @@ def run_demo(
         except KeyboardInterrupt:
             print("\ninterrupted", file=out)
         sim.stop()
-        summary(sim, min(30.0, sim.now()), out)
+        summary(sim, min(SUMMARY_WINDOW_S, sim.now()), out)
         frozen_left = [c.name for c in sim.node.containers.values() if c.frozen and not c.name.startswith("dcgm")]
         print(f"after stop, frozen managed cgroups: {frozen_left or 'none'}", file=out)
     return 0

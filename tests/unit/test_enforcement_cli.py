@@ -46,7 +46,8 @@ def test_simulate_runs_the_demo_and_ends_by_itself(capsys: pytest.CaptureFixture
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--simulate", "--max-freeze", "2"], "max_freeze_s"),
+        (["--simulate", "--max-freeze", "2"], "--max-freeze must be at least one slot"),
+        (["--simulate", "--period", "0.01"], "need 0 < --slot <= --period, got 0.1, 0.01"),  # issue #29, row 15
         (["--node-name", ""], "NODE_NAME"),
     ],
 )
