@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
 import os
 import re
@@ -12,7 +13,9 @@ from pathlib import Path
 
 from packing.argtypes import positive_int
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
-from packing.queue import ADMISSION_POLICIES, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT
+from packing.products import Catalog
+from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT, DRAIN_SOONEST
+from packing.usage import Applies, Conflict
 from simulations import metrics, protocol_b
 from simulations.cluster import DEFAULT_CARD_LABEL
 from simulations.scheduler import SCORES, TIES
@@ -102,6 +105,18 @@ def parse_rho(text: str) -> float | None:
     return value
 
 
+def parse_inflation(text: str) -> float:
+    """Protocol A's inflation: a multiple of capacity >= 1 (its headline is read at 100 % arrived)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a multiple of capacity, e.g. 1.3, got {text!r}") from None
+    if not (math.isfinite(value) and value >= 1):
+        raise argparse.ArgumentTypeError(f"protocol A reads the allocation when 100 % of capacity has arrived, so "
+                                         f"the workload must reach it: at least 1, got {text!r}")
+    return value
+
+
 def processes(text: str) -> int:
     """A worker-process count; 0 means one per core this process may use."""
     try:
@@ -113,6 +128,69 @@ def processes(text: str) -> int:
     if value == 0:
         return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return value
+
+
+# ---- what applies to what (packing/usage.py: an option that does not apply is refused) ------------------
+
+
+def protocol_of(args: argparse.Namespace) -> str:
+    """The protocol a ``simulate`` run is: ``--protocol``, else A for openb pods (``--pods``), else B."""
+    return str(getattr(args, "protocol", None) or ("a" if args.pods else "b"))
+
+
+def _trace(args: argparse.Namespace) -> bool:
+    return bool(args.pods or args.trace)
+
+
+def admission_names(args: argparse.Namespace) -> list[str]:
+    """The strategies ``--admission`` names (every one with ``--compare``), without their settings."""
+    if getattr(args, "compare", False) or (getattr(args, "compare_admission", False) and args.admission is None):
+        return list(ADMISSION_POLICIES)
+    return [spec.split(":")[0].strip() for spec in split_admissions(args.admission or DEFAULT_ADMISSION)]
+
+
+AGING = (AGING_GUARD, DRAIN_SOONEST)  # the strategies that age claims: an age limit means something to them
+PROTOCOL_A_ONLY = ("--offline", "--processes", "--inflation")
+PROTOCOL_B_ONLY = ("--compare-admission", "--saturation", "--admission", "--rho", "--arrivals", "--host",
+                   "--max-job-cards", "--age-limit", "--sla", "--reservation-ttl", "--bind-delay", "--declare-limits",
+                   "--runtimes-from", "--placements", "--runtime-cap", "--never-ran")
+WORKLOAD_RULES: tuple[Applies | Conflict, ...] = (
+    Conflict("--pods", "--trace", "--pods reads an openb pod list, --trace our own format: give one of them"),
+    Conflict("--nodes", "--cards", "both give the cluster: keep --nodes (an openb node list) or --cards (N V100 "
+             "cards, 8 per node)"),
+    Applies(("--nodes",), _trace, "is the cluster of a trace, and without --pods or --trace the run is the built-in "
+            "workload, generated for --cards cards", "add --pods PODS.csv (the pod list the node list goes with), "
+            "or size the built-in workload's cluster with --cards N"),
+    Applies(("--bad-rows",), lambda a: bool(a.nodes or _trace(a)), "applies to rows of input files, and the "
+            "built-in workload reads none", "drop it, or give --pods or --trace"),
+    Applies(("--never-ran", "--runtimes-from"), lambda a: bool(a.pods), "applies to openb pod lists (--pods) only",
+            "drop it, or give --pods"),
+    Applies(("--max-job-cards", "--arrivals"), _trace, "applies to a trace (--pods or --trace), and the built-in "
+            "workload is generated as asked", "drop it, or give --pods or --trace"),
+    Applies(("--rho",), lambda a: a.rho is not None or _trace(a), "none keeps a trace's own timing, and the built-in "
+            "workload has none", "give a load, e.g. --rho 0.85, or a trace"),
+    Applies(("--bind-delay",), lambda a: a.reservation_ttl is not None, "needs --reservation-ttl (without it "
+            "admission commits at once, so nothing waits for a bind)", "add --reservation-ttl DUR"),
+    Applies(("--age-limit",), lambda a: any(n in AGING for n in admission_names(a)), "applies to the admission "
+            f"strategies that age claims ({', '.join(AGING)}), and none is chosen", "drop it, or choose one of them "
+            "with --admission"),
+)
+SIMULATE_RULES: tuple[Applies | Conflict, ...] = (
+    Applies(PROTOCOL_A_ONLY, lambda a: protocol_of(a) == "a", "applies to protocol A only, and this run is protocol "
+            "B", "drop it, or add --protocol a"),
+    Applies(PROTOCOL_B_ONLY, lambda a: protocol_of(a) == "b", "applies to protocol B only, and this run is protocol "
+            "A", "drop it, or add --protocol b"),
+    Applies(("--jobs",), lambda a: protocol_of(a) == "b" or not _trace(a), "sizes the built-in workload (or "
+            "protocol B's resampling), and protocol A places the trace's own pods", "drop it"),
+    *WORKLOAD_RULES,
+)
+PLAN_RULES: tuple[Applies | Conflict, ...] = (
+    Applies(("--nodes",), lambda a: False, "does not apply to plan: it sizes a cluster of identical V100 cards",
+            "drop it (--card-model labels those cards)"),
+    Applies(("--cards",), lambda a: False, "does not apply to plan: it searches the card count",
+            "drop it (--ref-cards N is the cluster the workload's --rho is offered to)"),
+    *WORKLOAD_RULES,
+)
 
 
 def workload_options(ap: argparse.ArgumentParser) -> None:
@@ -248,11 +326,16 @@ class AdmissionChoice:
     drain_horizon_s: float | None = None  # None: the strategy's default
 
 
+SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST,)}  # and a product's own age limit: AGING
+
+
 def parse_admission(text: str) -> AdmissionChoice:
-    """``drain-soonest:heads=16:v100-100=0:T=4h`` and the like; UsageError names what is wrong."""
+    """``drain-soonest:heads=16:v100-100=0:T=4h`` and the like; UsageError names what is wrong. A key other
+    than T, heads and horizon is a product's age limit: :func:`check_admission_products` checks the name."""
     name, *settings = [part.strip() for part in text.strip().split(":")]
     if name not in ADMISSION_POLICIES:
-        raise UsageError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
+        raise UsageError(f"--admission: unknown admission policy {name!r}; choose one of "
+                         f"{', '.join(ADMISSION_POLICIES)}")
     limits: dict[str, float] = {}
     default: float | None = None
     heads: int | None = None
@@ -260,7 +343,12 @@ def parse_admission(text: str) -> AdmissionChoice:
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
-            raise UsageError(f"admission setting {item!r} in {text!r} must look like key=value")
+            raise UsageError(f"--admission {text}: setting {item!r} must look like key=value")
+        if name not in SETTINGS.get(key, AGING):
+            what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
+            raise UsageError(f"--admission {text}: {what} does not apply to {name}, which "
+                             + ("does not age claims" if name not in AGING else "has no horizon")
+                             + f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
         try:
             if key == "heads":
                 heads = positive_int(value)
@@ -271,8 +359,22 @@ def parse_admission(text: str) -> AdmissionChoice:
             else:
                 limits[key] = parse_duration(value)
         except argparse.ArgumentTypeError as e:
-            raise UsageError(f"admission setting {item!r} in {text!r}: {e}") from None
+            raise UsageError(f"--admission {text}: setting {item!r}: {e}") from None
     return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon)
+
+
+def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:
+    """Every per-product age limit names a product of ``catalog`` (``t=5m`` is no product: a typo of T)."""
+    names = [p.name for p in catalog.products]
+    for choice in choices:
+        for key, _ in choice.age_limits:
+            if key in names:
+                continue
+            known = [*SETTINGS, *names]
+            close = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1)
+            raise UsageError(f"--admission {choice.label}: {key!r} is neither a setting ({', '.join(SETTINGS)}) nor "
+                             f"a product of the catalog ({', '.join(names)})"
+                             + (f"; did you mean {close[0]!r}?" if close else ""))
 
 
 def split_admissions(text: str) -> list[str]:
@@ -289,7 +391,7 @@ def chosen_admissions(args: argparse.Namespace) -> list[AdmissionChoice]:
         return [AdmissionChoice(n, n) for n in ADMISSION_POLICIES]
     specs = split_admissions(given or DEFAULT_ADMISSION)
     if not specs:
-        raise UsageError("no admission policy given")
+        raise UsageError("--admission: no admission policy given")
     return [parse_admission(spec) for spec in specs]
 
 

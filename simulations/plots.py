@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only: never needs a display
 
 import matplotlib.pyplot as plt
+from matplotlib.lines import Line2D
 
 from simulations.engine import NEVER, Simulation
 from simulations.report import product_order
@@ -138,16 +139,19 @@ def wait_cdf(sims: Mapping[str, Sequence[Simulation]], path: str | Path, title: 
     if len(sims) == 1:
         (label,) = sims
         fig, ax = plt.subplots(figsize=(7, 4.5))
-        for cls in classes:
+        entries = []
+        for k, cls in enumerate(classes):
             waits, jobs = data[(label, cls)]
             if jobs:
                 waited = 100 * (jobs - sum(1 for w in waits if w <= 0)) / jobs
-                _survival(ax, waits, jobs, x0, label=f"{cls}: {waited:.1f} % waited at all")
+                name, color = f"{cls}: {waited:.1f} % waited at all", f"C{k}"
+                _survival(ax, waits, jobs, x0, label=name, color=color)
+                entries.append(Line2D([], [], label=name, color=color))  # nobody waited: no line, still named
         _share_axis(ax, smallest)
         ax.set_xlabel("wait (minutes)")
         ax.set_ylabel("jobs that waited at least this long")
         ax.set_title(f"{title}\n{label}", fontsize=10)
-        ax.legend(fontsize=8, loc="lower left")
+        ax.legend(handles=entries, fontsize=8, loc="lower left")
         return _save(fig, path)
     styles, handles = _run_styles(list(sims))
     cols = min(3, len(classes))

@@ -324,6 +324,9 @@ def _overload_lines(s: Mapping[str, Any]) -> list[str]:
     rho = s.get("offered_load")
     if not isinstance(rho, (int, float)) or not rho >= 1.0:
         return []
+    if not s.get("max_wait_s"):  # nothing queued: the jobs came in one short burst, too few to load the cards
+        return [f"  ρ {_fmt(rho)} is measured over the short window in which the jobs arrive, and no job waited: "
+                "too few jobs to load the cards, so this run says nothing about overload (--jobs resamples more)"]
     trend = s.get("mean_wait_by_arrival_fifth_s") or []
     growth = ""
     if len(trend) >= 2 and all(isinstance(t, (int, float)) and math.isfinite(t) for t in (trend[0], trend[-1])):

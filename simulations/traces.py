@@ -27,7 +27,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -165,37 +165,73 @@ def _text(raw: Mapping[str, Any], key: str) -> str:
     return "" if value is None else str(value).strip()
 
 
+# the columns that tell each format apart, and the option that reads it
+_FORMATS = ((("sn", "gpu", "model"), "an openb node list: that is what --nodes reads"),
+            (("num_gpu", "gpu_milli"), "an openb pod list: that is what --pods reads"),
+            (("arrival",), "a trace in our own format: that is what --trace reads"))
+
+
+def _looks_like(header: Sequence[str], required: tuple[str, ...]) -> str:
+    """'; it looks like X: that is what --flag reads' when the header is another format's ('' otherwise)."""
+    for columns, what in _FORMATS:
+        if set(columns) <= set(header) and not set(columns) <= set(required):
+            return f"; it looks like {what}"
+    return ""
+
+
+def _not_text(path: Path, e: UnicodeDecodeError) -> TraceError:
+    return TraceError(f"{path}: not a text file (no UTF-8 at byte {e.start}): is it the right file?")
+
+
 def _open_csv(path: Path, required: tuple[str, ...]) -> tuple[csv.DictReader[str], Any]:
     try:
         handle = path.open(newline="", encoding="utf-8")
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from e
     reader = csv.DictReader(handle)
-    header = reader.fieldnames or []
+    try:
+        header = reader.fieldnames or []
+    except UnicodeDecodeError as e:
+        handle.close()
+        raise _not_text(path, e) from e
+    except csv.Error as e:
+        handle.close()
+        raise TraceError(f"{path}:1: not CSV ({e})") from e
     missing = [c for c in required if c not in header]
     if missing:
         handle.close()
-        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header) or 'empty'})")
+        raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (header: {','.join(header) or 'empty'})"
+                         + _looks_like(header, required))
     return reader, handle
 
 
 def _rows(path: Path, required: tuple[str, ...], parse: Callable[[dict[str, str], int], T],
           strict: bool, report: ReadReport) -> list[T]:
     reader, handle = _open_csv(path, required)
-    out: list[T] = []
     with handle:
-        for row in reader:
-            line = reader.line_num
-            try:
-                if None in row or any(v is None for v in row.values()):
-                    raise ValueError("wrong number of fields")
-                out.append(parse(row, line))
-                report.rows += 1
-            except ValueError as e:
-                message = f"{path}:{line}: {e}"
-                if strict:
-                    raise TraceError(message) from None
-                report.skip(message)
+        try:
+            return _parsed(path, reader, parse, strict, report)
+        except UnicodeDecodeError as e:
+            raise _not_text(path, e) from e
+        except csv.Error as e:
+            raise TraceError(f"{path}:{reader.line_num}: not CSV ({e})") from e
+
+
+def _parsed(path: Path, reader: csv.DictReader[str], parse: Callable[[dict[str, str], int], T], strict: bool,
+            report: ReadReport) -> list[T]:
+    out: list[T] = []
+    for row in reader:
+        line = reader.line_num
+        try:
+            if None in row or any(v is None for v in row.values()):
+                raise ValueError("wrong number of fields")
+            out.append(parse(row, line))
+            report.rows += 1
+        except ValueError as e:
+            message = f"{path}:{line}: {e}"
+            if strict:
+                raise TraceError(message) from None
+            report.skip(message)
     return out
 
 
@@ -320,6 +356,8 @@ def _read_jsonl(path: Path, strict: bool, report: ReadReport) -> list[Job]:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from e
+    except UnicodeDecodeError as e:
+        raise _not_text(path, e) from e
     out: list[Job] = []
     for number, text in enumerate(lines, start=1):
         if not text.strip():

@@ -62,8 +62,8 @@ def test_protocol_a_on_openb_files_writes_the_contract_key(openb: tuple[Path, Pa
 
 
 def test_protocol_b_on_openb_files_with_plots(openb: tuple[Path, Path], tmp_path: Path) -> None:
-    nodes, pods = openb
-    code = simulate_main(["--nodes", str(nodes), "--pods", str(pods), "--protocol", "b", "--cards", "8",
+    _, pods = openb  # the cluster is --cards: --nodes with it is refused (issue #29, row 14)
+    code = simulate_main(["--pods", str(pods), "--protocol", "b", "--cards", "8",
                           "--jobs", "300", "--seeds", "1", "--rho", "0.9", "--out", str(tmp_path / "b")])
     assert code == 0
     data = json.loads((tmp_path / "b" / "results.json").read_text())
@@ -287,6 +287,7 @@ def test_protocol_b_borrows_runtimes_for_pod_lists_without_times(openb: tuple[Pa
     base = ["--pods", str(untimed), "--protocol", "b", "--cards", "8", "--jobs", "100", "--seeds", "1"]
     assert simulate_main(base) == 2
     assert "no creation_time" in capsys.readouterr().err
-    assert simulate_main([*base, "--runtimes-from", str(pods), "--json", str(tmp_path / "m.json")]) == 0
+    assert simulate_main([*base, "--runtimes-from", str(pods), "--json", str(tmp_path / "m.json"),
+                          "--allow-missed-load"]) == 0  # 100 jobs offer a rough load: fine for this test
     assert json.loads((tmp_path / "m.json").read_text())["runs"][0]["waits"]["all"]["jobs"] == 100
     assert simulate_main([*base, "--runtimes-from", str(pods), "--arrivals", "trace"]) == 2
