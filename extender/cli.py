@@ -14,15 +14,44 @@ from collections.abc import Sequence
 from typing import Any
 
 from extender.client import ClientError, ExtenderClient
-from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig
+from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig, parse_subject
 from extender.state import MODES
 from extender.wire import DEFAULT_MAX_NODES
 from packing.argtypes import non_negative_int, port, positive_int, positive_number, readable_file
 from packing.load_phase import DEFAULT_THRESHOLD as CHURN_AT
 from packing.policies import DEFAULT_POLICY, policy_names
-from packing.usage import Applies, CommandParser
+from packing.usage import Applies, CommandParser, fields_as_flags
 
 STANDALONE_ONLY = ("--nodes", "--cards-per-node", "--gpu-model", "--learn-nodes", "--waiting-ttl", "--demo")
+# ExtenderConfig's and the state's words for what the flags set (they also read GPUSLICE_* settings)
+FIELD_FLAGS = {"verbs": "the verbs (--filter-verb, --prioritize-verb, --bind-verb)", "GPU model": "--gpu-model",
+               "port": "--port", "threads": "--threads", "max nodes": "--max-nodes", "max body": "--max-body-mib",
+               "body_timeout_s": "--body-timeout", "slow_request_s": "--slow-request", "prefix": "--prefix",
+               "reservation TTL": "--reservation-ttl", "waiting TTL": "--waiting-ttl",
+               "pod cache size": "--pod-cache"}
+
+
+def _url_prefix(text: str) -> str:
+    """--prefix: empty, or a path that starts with '/' and does not end with one."""
+    if text and (not text.startswith("/") or text.endswith("/") or " " in text):
+        raise argparse.ArgumentTypeError(f"expected a path such as /v1 (a leading '/', no trailing one), got {text!r}")
+    return text
+
+
+def _path_segment(text: str) -> str:
+    """A verb's path: one segment under --prefix."""
+    if not text or "/" in text or " " in text:
+        raise argparse.ArgumentTypeError(f"expected one path segment such as filter (no '/'), got {text!r}")
+    return text
+
+
+def _subject(text: str) -> str:
+    """An allowed client subject, checked as the extender reads it."""
+    try:
+        parse_subject(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def _parser() -> CommandParser:
@@ -44,9 +73,9 @@ def _parser() -> CommandParser:
                     help="threads deciding whole requests in the one worker (default 8; bodies are read before)")
     ap.add_argument("--bind-threads", type=positive_int, default=32,
                     help="threads of binds alone, which wait for the API server in a cluster (default 32)")
-    ap.add_argument("--prefix", default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
+    ap.add_argument("--prefix", type=_url_prefix, default="", help="URL prefix of the verbs, e.g. /v1 (default none)")
     for verb, key in (("filter", "filterVerb"), ("prioritize", "prioritizeVerb"), ("bind", "bindVerb")):
-        ap.add_argument(f"--{verb}-verb", default=verb, metavar="PATH",
+        ap.add_argument(f"--{verb}-verb", type=_path_segment, default=verb, metavar="PATH",
                         help=f"URL path of the {verb} call under --prefix: what kube-scheduler's "
                              f"KubeSchedulerConfiguration names extenders[].{key} (default {verb})")
     ap.add_argument("--mode", choices=MODES, default="strict",
@@ -92,10 +121,10 @@ def _parser() -> CommandParser:
                     help="verify client certificates against this CA (PEM)")
     ap.add_argument("--require-client-cert", action="store_true",
                     help="filter, prioritize and bind need a client certificate signed by --client-ca")
-    ap.add_argument("--client-subject", action="append", default=[], metavar="SUBJECT",
+    ap.add_argument("--client-subject", type=_subject, action="append", default=[], metavar="SUBJECT",
                     help="allow only client certificates with this subject, e.g. CN=kube-scheduler or "
                          "/O=gpuslice/CN=kube-scheduler (repeatable)")
-    ap.add_argument("--metrics-subject", action="append", default=[], metavar="SUBJECT",
+    ap.add_argument("--metrics-subject", type=_subject, action="append", default=[], metavar="SUBJECT",
                     help="also allow client certificates with this subject, for GET /metrics only (a Prometheus; "
                          "repeatable)")
     history = ap.add_argument_group("demand history (GET /history, gpuslice history export)")
@@ -177,13 +206,17 @@ class CannotListen(Exception):
     """The address to serve on is taken or cannot be had (exit status 1: the machine, not the flags)."""
 
 
-def _check_listen(host: str, port_number: int) -> None:
-    """Bind the address once, as gunicorn would, so a taken port is one line rather than gunicorn's retries."""
+def listen_address(host: str, port_number: int) -> tuple[Any, ...]:
+    """(family, type, proto, canonname, sockaddr) of the address to listen on; ConfigError naming --host."""
     try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port_number, type=socket.SOCK_STREAM,
-                                                             flags=socket.AI_PASSIVE)[0]
+        return tuple(socket.getaddrinfo(host, port_number, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0])
     except socket.gaierror as e:
         raise ConfigError(f"--host {host}: not an address to listen on ({e.strerror})") from None
+
+
+def _check_listen(host: str, port_number: int) -> None:
+    """Bind the address once, as gunicorn would, so a taken port is one line rather than gunicorn's retries."""
+    family, kind, proto, _, address = listen_address(host, port_number)
     with socket.socket(family, kind, proto) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gunicorn: a TIME_WAIT port is free
         try:
@@ -224,7 +257,7 @@ def main(argv: Sequence[str]) -> int:
             return run_demo(config)
         return _serve(config)
     except (ConfigError, ValueError) as e:
-        print(f"gpuslice serve: {e}", file=sys.stderr)
+        print(f"gpuslice serve: {ap.flagged(fields_as_flags(str(e), FIELD_FLAGS), args)}", file=sys.stderr)
         return 2
     except CannotListen as e:
         print(f"gpuslice serve: {e}", file=sys.stderr)

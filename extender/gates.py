@@ -18,7 +18,7 @@ from typing import Any
 
 from extender.cluster.kube import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from extender.cluster.webhook import GATE
-from packing.argtypes import readable_file
+from packing.argtypes import dns_label, readable_file
 from packing.usage import CommandParser
 
 
@@ -70,7 +70,7 @@ def main(argv: Sequence[str]) -> int:
                     "is scheduled at once, outside the queue's order and entitlements. Namespaces as kubectl "
                     "chooses them (and as gpuslice queue does): -n, -A, else the kubeconfig context's.")
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    where.add_argument("-n", "--namespace", type=dns_label, default=None, help="only this namespace")
     where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     ap.add_argument("--lift", action="store_true", help="remove the gate from each pod listed")
     ap.add_argument("--kubeconfig", type=readable_file, default=None,

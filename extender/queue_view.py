@@ -22,7 +22,7 @@ from extender.cluster.kube import Kube, KubeError, current_namespace, operator_k
 from extender.cluster.pending_writer import CONDITION
 from extender.cluster.webhook import GATE
 from extender.gates import product_of
-from packing.argtypes import readable_file
+from packing.argtypes import dns_label, readable_file
 from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways
@@ -158,7 +158,7 @@ def main(argv: Sequence[str]) -> int:
         epilog="Reasons and what to do about each: README.md, 'Runbook'. Exit status: 0 listed (even none), "
                "1 the API could not be read.")
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    where.add_argument("-n", "--namespace", type=dns_label, default=None, help="only this namespace")
     where.add_argument("-A", "--all-namespaces", action="store_true",
                        help="every namespace (adds a NAMESPACE column)")
     ap.add_argument("-o", "--output", choices=("table", "json"), default="table",

@@ -7,8 +7,12 @@ Each checks its value where it is parsed, so argparse names the flag in the one-
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import os
+import re
+
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 
 
 def _whole(text: str, what: str) -> int:
@@ -79,3 +83,32 @@ def readable_file(text: str) -> str:
     if not os.access(text, os.R_OK):
         raise argparse.ArgumentTypeError(f"cannot read {text} (permission denied)")
     return text
+
+
+def dns_label(text: str) -> str:
+    """A Kubernetes name that must be a DNS label (a namespace, a Service): lower case, digits, '-', <= 63."""
+    if len(text) > 63 or not _LABEL.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected a DNS label (lower-case letters, digits and '-', at most 63, "
+                                         f"e.g. gpuslice-system), got {text!r}")
+    return text
+
+
+def dns_subdomain(text: str) -> str:
+    """A Kubernetes object name that must be a DNS subdomain: DNS labels joined by dots, <= 253."""
+    if len(text) > 253 or not all(_LABEL.fullmatch(part) for part in text.split(".")):
+        raise argparse.ArgumentTypeError(f"expected a DNS name (lower-case labels joined by dots, e.g. "
+                                         f"gpuslice-extender.gpuslice-system.svc), got {text!r}")
+    return text
+
+
+def host_name(text: str) -> str:
+    """A name a certificate may carry: an IP address, or a DNS name (its first label may be '*')."""
+    try:
+        ipaddress.ip_address(text)
+        return text
+    except ValueError:
+        pass
+    try:
+        return dns_subdomain(text.removeprefix("*.") if text.startswith("*.") else text) and text
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a DNS name or an IP address, got {text!r}") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from packing.argtypes import positive_int
+from packing.argtypes import positive_int, readable_file
 from packing.ledger import Ledger, NoFit
 from packing.mix_estimator import catalog_prior
 from packing.policies import POLICIES, place, policy_for
@@ -47,13 +47,13 @@ def main(argv: Sequence[str]) -> int:
     ap.add_argument("--cards-per-node", type=positive_int, default=4, metavar="N",
                     help="V100 32 GB cards per node (default 4; --gpus is its deprecated old name)")
     ap.alias("--gpus", "--cards-per-node")
-    ap.add_argument("--catalog", default=None, metavar="TOML",
+    ap.add_argument("--catalog", type=readable_file, default=None, metavar="TOML",
                     help="product catalog (default: the built-in V100 catalog); it must offer the sample's products")
     args = ap.parse_args(list(argv))
     try:
         catalog = load_catalog(args.catalog)
     except CatalogError as e:
-        print(f"gpuslice demo: {e}", file=sys.stderr)
+        print(f"gpuslice demo: {ap.flagged(str(e), args)}", file=sys.stderr)
         return 2
     missing = [n for n in dict.fromkeys(SAMPLE) if n not in {p.name for p in catalog.products}]
     if missing:

@@ -121,6 +121,21 @@ class CommandParser(argparse.ArgumentParser):
         """Whether ``option`` (any of its names) was on the command line."""
         return self._option_string_actions[option].dest in self.given
 
+    def flagged(self, message: str, args: argparse.Namespace) -> str:
+        """``message`` naming the option whose file it is about: ``x.toml: not valid TOML`` ->
+        ``--catalog x.toml: not valid TOML``; ``cannot write the plots into x/ ...`` -> ``--plots: cannot ...``.
+        Only path-like values (with a / or a .) are matched, the longest first."""
+        found = []
+        for dest, typed in self.given.items():
+            value = getattr(args, dest, None)
+            for part in str(value).split(",") if isinstance(value, (str, os.PathLike)) else ():
+                if len(part) >= 3 and ("/" in part or "." in part) and part in message:
+                    found.append((len(part), part, typed))
+        if not found:
+            return message
+        _, part, typed = max(found)
+        return f"{typed} {message}" if message.startswith(part) else f"{typed}: {message}"
+
     # ---- the rules -----------------------------------------------------------------------------------
 
     def check(self, args: argparse.Namespace, rules: Iterable[Applies | Conflict]) -> None:
@@ -152,7 +167,7 @@ def one_line(text: object) -> str:
 def fields_as_flags(message: str, flags: dict[str, str]) -> str:
     """A validator's message in the words of the command line: ``period_s`` -> ``--period``."""
     for field, flag in sorted(flags.items(), key=lambda item: -len(item[0])):
-        message = re.sub(rf"\b{re.escape(field)}\b", flag, message)
+        message = re.sub(rf"(?<![-\w]){re.escape(field)}\b", flag, message)  # not inside a flag already named
     return message
 
 

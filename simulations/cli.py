@@ -38,6 +38,8 @@ from simulations.options import (
     parse_cap,
     parse_duration,
     parse_inflation,
+    parse_load,
+    parse_percentile,
     parse_rho,
     parse_seeds,
     parse_target,
@@ -52,7 +54,7 @@ from simulations.scheduler import SchedulerError, SchedulerModel
 from simulations.sizing import SizingError, lower_bound_cards, smallest_cards
 from simulations.synthetic import SyntheticError
 from simulations.traces import NodeSpec, TraceError
-from simulations.workload import WorkloadError, job_request
+from simulations.workload import WorkloadError, job_request, size_class
 
 __all__ = ["UsageError", "parse_cap", "parse_duration", "parse_rho", "parse_seeds", "plan_main", "simulate_main"]
 
@@ -95,7 +97,7 @@ def simulate_main(argv: Sequence[str]) -> int:
                     help="protocol B: the admission strategies (every one, or those of --admission) side by side: "
                          "p99 wait per product pooled and as the mean of per-seed p99 with its 95 %% interval, "
                          "utilisation, and with --saturation the usable capacity; with --plots the frontier plot")
-    ap.add_argument("--saturation", type=parse_rho, metavar="RHO",
+    ap.add_argument("--saturation", type=parse_load, metavar="RHO",
                     help="with --compare-admission: also run every strategy at this offered load (e.g. 1.1) and "
                          "report its utilisation as the usable capacity")
     ap.add_argument("--inflation", type=parse_inflation, default=protocol_a.DEFAULT_INFLATION,
@@ -118,7 +120,12 @@ def simulate_main(argv: Sequence[str]) -> int:
         command_cluster.refuse_inapplicable(ap, args)
         inputs = load_inputs(args)
         json_path, csv_path, plots_dir = output_paths(args)
-        check_outputs([(json_path, "the results"), (csv_path, "the results table")], [(plots_dir, "the plots")])
+        given = {"json": args.json, "csv": args.csv, "plots": args.plots}
+        named = {key: f"--{key}" if value else "--out" for key, value in given.items()}  # the flag each came from
+        check_outputs([(json_path, f"the results ({named['json']})"),
+                       (csv_path, f"the results table ({named['csv']})"),
+                       (args.placements, "the placements (--placements)")],
+                      [(plots_dir, f"the plots ({named['plots']})")])
         protocol = args.protocol or ("a" if inputs.kind == "openb" else "b")
         if protocol == "b" and len(inputs.workloads) > 1:
             raise UsageError("protocol B reads one pod list; several are for protocol A's sweep")
@@ -128,19 +135,19 @@ def simulate_main(argv: Sequence[str]) -> int:
             raise UsageError("--workers and --scheduler spread protocol A's sweeps; protocol B runs here")
         return _simulate_b(args, inputs)
 
-    return _guarded(ap, run)
+    return _guarded(ap, args, run)
 
 
-def _guarded(ap: CommandParser, run: Callable[[], int]) -> int:
+def _guarded(ap: CommandParser, args: argparse.Namespace, run: Callable[[], int]) -> int:
     """``run()``'s exit status, or 2 with the one-line message on stderr (and the hint to --help for bad usage)."""
     try:
         return run()
     except BrokenPipeError:
         raise  # the reader left (`| head`): the entry point ends quietly
     except UsageError as e:
-        return ap.usage_error(str(e))
-    except _ERRORS as e:
-        print(f"{ap.prog}: error: {e}", file=sys.stderr)
+        return ap.usage_error(ap.flagged(str(e), args))
+    except _ERRORS as e:  # an input or an output: the message names the file, and the flag that named it
+        print(f"{ap.prog}: error: {ap.flagged(str(e), args)}", file=sys.stderr)
         return 2
 
 
@@ -359,7 +366,7 @@ def plan_main(argv: Sequence[str]) -> int:
                     help="wait target with its unit: 90s, 10m, 2h or 1d (default 10m; a bare number is refused), or "
                          "PRODUCT:pQ=DUR[,...] (e.g. v100-100:p99=1h: the 99th percentile wait of whole cards; "
                          "'all' for every claim), which sets --percentile and --product")
-    ap.add_argument("--percentile", type=float, default=95.0, help="wait percentile to hold (default 95)")
+    ap.add_argument("--percentile", type=parse_percentile, default=95.0, help="wait percentile to hold (default 95)")
     ap.add_argument("--product", default="all",
                     help="product the target applies to: a product name, 'all' jobs (default) or 'each' product")
     ap.add_argument("--max-cards", type=positive_int, default=4096, help="give up above this many (default 4096)")
@@ -377,7 +384,7 @@ def plan_main(argv: Sequence[str]) -> int:
     command_cluster.cluster_options(ap, plan=True)
     args = ap.parse_args(dash_values(argv))
     ap.check(args, PLAN_RULES)
-    return _guarded(ap, lambda: _plan_any(ap, args))
+    return _guarded(ap, args, lambda: _plan_any(ap, args))
 
 
 def plan_target(text: str) -> float | list[command_cluster.Target]:
@@ -403,10 +410,8 @@ def _plan_any(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    if not 0 <= args.percentile <= 100:
-        raise UsageError(f"--percentile must be within 0..100, got {args.percentile}")
     inputs = load_inputs(args)
-    check_outputs([(args.json, "the plan"), (args.plot, "the plot")], [])
+    check_outputs([(args.json, "the plan (--json)"), (args.plot, "the plot (--plot)")], [])
     catalog = _catalog(args)
     rounding = args.rounding or "slices"
     seeds = args.seeds or protocol_b.DEFAULT_SEEDS
@@ -419,6 +424,10 @@ def _plan(args: argparse.Namespace) -> int:
     config = _config_b(args, inputs, policy, choice, rounding)
     # the workload is fixed (shaped against --ref-cards); only the cluster changes
     workloads = [protocol_b.seed_workload(source, catalog, config, 1000 * args.ref_cards, s) for s in seeds]
+    classes = sorted({size_class(r) for _, reqs, _ in workloads for r in reqs})
+    if args.product not in ("all", "each", *classes):  # before the search, not after its first run
+        raise UsageError(f"--product {args.product}: no job of this workload is one; it has {', '.join(classes)} "
+                         "(or 'all', 'each')")
     fixed = protocol_b.ProtocolBConfig(engine=config.engine, rounding=rounding, rho=None, sla_s=args.sla)
     work = max(sum(r.total_milli * (j.duration or 0.0) for j, r in zip(jobs, reqs, strict=True))
                / max(1e-9, jobs[-1].arrival - jobs[0].arrival) for jobs, reqs, _ in workloads)

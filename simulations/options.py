@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packing.argtypes import positive_int
+from packing.argtypes import positive_int, readable_file
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.products import Catalog
 from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT, DRAIN_SOONEST
@@ -105,6 +105,36 @@ def parse_rho(text: str) -> float | None:
     return value
 
 
+def parse_load(text: str) -> float:
+    """A positive offered load (``--saturation``: 'none' is no load to saturate at)."""
+    value = parse_rho(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected an offered load such as 1.1, got {text!r}")
+    return value
+
+
+def parse_percentile(text: str) -> float:
+    """A percentile, 0..100."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a percentile 0..100, got {text!r}") from None
+    if not 0 <= value <= 100:  # nan fails both
+        raise argparse.ArgumentTypeError(f"expected a percentile 0..100, got {text!r}")
+    return value
+
+
+def input_paths(text: str) -> str:
+    """``--pods``: a file, several comma-separated, or a folder; each must exist."""
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"expected a pod list, several comma-separated or a folder, got {text!r}")
+    for part in parts:
+        if not os.path.isdir(part):
+            readable_file(part)
+    return text
+
+
 def parse_inflation(text: str) -> float:
     """Protocol A's inflation: a multiple of capacity >= 1 (its headline is read at 100 % arrived)."""
     try:
@@ -196,13 +226,16 @@ PLAN_RULES: tuple[Applies | Conflict, ...] = (
 def workload_options(ap: argparse.ArgumentParser) -> None:
     """Options choosing and shaping the workload."""
     g = ap.add_argument_group("workload (default: the built-in synthetic workload)")
-    g.add_argument("--nodes", metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
-    g.add_argument("--pods", metavar="PODS.csv", help="openb pod list (openb_pod_list_*.csv); protocol A also takes "
-                   "several, comma-separated, or a folder (every openb_pod_list_*.csv in it)")
-    g.add_argument("--trace", metavar="JOBS", help="our own trace format, CSV or .jsonl (see simulations/README.md)")
+    g.add_argument("--nodes", type=readable_file, metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
+    g.add_argument("--pods", type=input_paths, metavar="PODS.csv",
+                   help="openb pod list (openb_pod_list_*.csv); protocol A also takes several, comma-separated, "
+                   "or a folder (every openb_pod_list_*.csv in it)")
+    g.add_argument("--trace", type=readable_file, metavar="JOBS",
+                   help="our own trace format, CSV or .jsonl (see simulations/README.md)")
     g.add_argument("--bad-rows", choices=("error", "skip"), default="error",
                    help="a bad row stops with file:line (error, default) or is skipped and counted (skip)")
-    g.add_argument("--catalog", metavar="TOML", help="product catalog (default: the built-in V100 catalog)")
+    g.add_argument("--catalog", type=readable_file, metavar="TOML",
+                   help="product catalog (default: the built-in V100 catalog)")
     g.add_argument("--card-model", default=DEFAULT_CARD_LABEL,
                    help=f"GPU label every card gets when requests are slices (default {DEFAULT_CARD_LABEL})")
     g.add_argument("--rounding", choices=ROUNDINGS, help="free-form milli (none) or rounded up to catalog slices "
@@ -212,7 +245,7 @@ def workload_options(ap: argparse.ArgumentParser) -> None:
                    help="cap runtimes (the openb tail is truncated at the trace's end); 'none' to keep (default 2d)")
     g.add_argument("--never-ran", choices=("drop", "sample"), default="drop",
                    help="openb pods never scheduled: drop them, or sample a runtime (default drop)")
-    g.add_argument("--runtimes-from", metavar="PODS.csv",
+    g.add_argument("--runtimes-from", type=readable_file, metavar="PODS.csv",
                    help="protocol B: pods without times (openb multigpu*) borrow runtimes from this pod list's "
                    "pods of the same card count (Poisson arrivals only)")
 
@@ -289,13 +322,15 @@ def output_options(ap: argparse.ArgumentParser) -> None:
 
 
 
-def _names(text: str, known: Sequence[str], what: str) -> list[str]:
+def _names(text: str, known: Sequence[str], what: str, flag: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     if not names:
-        raise UsageError(f"no {what} given")
+        raise UsageError(f"{flag}: no {what} given")
     for n in names:
         if n not in known:
-            raise UsageError(f"unknown {what} {n!r}; choose one of {', '.join(known)}")
+            close = difflib.get_close_matches(n, known, n=1)
+            raise UsageError(f"{flag}: unknown {what} {n!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+                             + f"; choose one of {', '.join(known)}")
     return names
 
 
@@ -303,12 +338,12 @@ def chosen_policies(args: argparse.Namespace) -> list[str]:
     """The placement policies asked for (all of them with ``--compare``)."""
     if getattr(args, "compare", False):
         return list(POLICIES)
-    return _names(args.policy, list(POLICIES), "policy")
+    return _names(args.policy, list(POLICIES), "policy", "--policy")
 
 
 def chosen_ties(args: argparse.Namespace) -> list[str]:
     """The tie rules asked for (protocol A sweeps several; protocol B takes one)."""
-    return _names(args.ties, TIES, "tie rule")
+    return _names(args.ties, TIES, "tie rule", "--ties")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,15 @@ from extender.certs.plan import (
     plan,
 )
 from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
-from packing.argtypes import non_negative_int, non_negative_number, positive_int, readable_file
+from packing.argtypes import (
+    dns_label,
+    dns_subdomain,
+    host_name,
+    non_negative_int,
+    non_negative_number,
+    positive_int,
+    readable_file,
+)
 from packing.usage import CommandParser
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets
@@ -46,13 +54,15 @@ def _parser() -> CommandParser:
                     "certificate and Prometheus's (for /metrics only) in Secrets, and set the gpuslice "
                     "webhook's caBundle. Safe to run again: what is valid is kept.",
     )
-    ap.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE") or "gpuslice-system",
+    ap.add_argument("--namespace", type=dns_label, default=os.environ.get("POD_NAMESPACE") or "gpuslice-system",
                     help="the extender's namespace (default $POD_NAMESPACE, else gpuslice-system)")
     ap.add_argument("--kubeconfig", type=readable_file, default=None,
                     help="kubeconfig file (default $KUBECONFIG or ~/.kube/config, else the pod's service account)")
-    ap.add_argument("--service", default="gpuslice-extender", help="the extender's Service (the serving names)")
-    ap.add_argument("--webhook", default="gpuslice", help="the MutatingWebhookConfiguration whose caBundle to set")
-    ap.add_argument("--san", action="append", default=[], metavar="NAME",
+    ap.add_argument("--service", type=dns_label, default="gpuslice-extender",
+                    help="the extender's Service (the serving names)")
+    ap.add_argument("--webhook", type=dns_subdomain, default="gpuslice",
+                    help="the MutatingWebhookConfiguration whose caBundle to set")
+    ap.add_argument("--san", type=host_name, action="append", default=[], metavar="NAME",
                     help="one more DNS name or IP address for the serving certificate (repeatable)")
     ap.add_argument("--ca-days", type=positive_int, default=3650, help="validity of a new CA, in days (default 3650)")
     ap.add_argument("--leaf-days", type=positive_int, default=365,

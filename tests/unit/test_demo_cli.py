@@ -21,7 +21,6 @@ def test_every_policy_packs_the_sample(capsys: pytest.CaptureFixture[str]) -> No
 
 
 @pytest.mark.parametrize(("text", "said"), [
-    (None, "cannot read catalog {path}: No such file or directory"),
     (MODEL + PRODUCT.format(name="v100-25", milli="mili"),
      "{path}: product 'v100-25': unknown key 'mili' (did you mean 'milli'?"),
     ("[[models]\n", "{path}: not valid TOML"),
@@ -40,6 +39,13 @@ def test_a_bad_catalog_is_named_without_a_traceback(tmp_path: Path, capsys: pyte
     out, err = capsys.readouterr()
     assert out == "" and err.startswith("gpuslice demo: ") and err.count("\n") == 1, err
     assert said.format(path=path) in err
+
+
+def test_a_missing_catalog_is_refused_where_parsed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--catalog", str(tmp_path / "catalog.toml")])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.startswith(f"gpuslice demo: error: argument --catalog: no file {tmp_path}")
 
 
 @pytest.mark.parametrize("flag", ["--nodes", "--cards-per-node", "--gpus"])

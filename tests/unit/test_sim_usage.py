@@ -73,17 +73,21 @@ def test_unwritable_outputs_are_refused_before_the_run(tmp_path: Path, capsys: p
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     for argv, said in (
-        (["--plots", str(blocker / "plots")], f"cannot write the plots into {blocker / 'plots'}: {blocker} is a file"),
-        (["--out", str(blocker)], f"cannot write the results into {blocker}: {blocker} is a file, not a folder"),
-        (["--json", str(tmp_path)], f"cannot write the results to {tmp_path}: it is a folder"),
-        (["--csv", str(blocker / "r.csv")], f"cannot write the results table into {blocker}: {blocker} is a file"),
-        (["--plots", "/proc/gpuslice-plots"], "cannot write the plots into /proc/gpuslice-plots: "),
+        (["--plots", str(blocker / "plots")],
+         f"cannot write the plots (--plots) into {blocker / 'plots'}: {blocker} is a file"),
+        (["--out", str(blocker)],
+         f"cannot write the results (--out) into {blocker}: {blocker} is a file, not a folder"),
+        (["--json", str(tmp_path)], f"cannot write the results (--json) to {tmp_path}: it is a folder"),
+        (["--csv", str(blocker / "r.csv")],
+         f"cannot write the results table (--csv) into {blocker}: {blocker} is a file"),
+        (["--plots", "/proc/gpuslice-plots"], "cannot write the plots (--plots) into /proc/gpuslice-plots: "),
+        (["--placements", str(blocker / "p.csv")], f"cannot write the placements (--placements) into {blocker}: "),
     ):
         assert simulate_main([*SMALL, *argv]) == 2
         out, err = capsys.readouterr()
         assert out == "" and said in err and "Traceback" not in err, (argv, err)  # no results: it did not run
     assert plan_main(["--jobs", "100", "--seeds", "1", "--plot", str(blocker / "p.png")]) == 2
-    assert f"cannot write the plot into {blocker}" in capsys.readouterr().err
+    assert f"cannot write the plot (--plot) into {blocker}" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]  # nothing left behind
 
 
