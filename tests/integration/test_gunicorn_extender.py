@@ -206,10 +206,11 @@ def test_gpuslice_serve_standalone_runs_gunicorn_in_process_until_sigterm(tmp_pa
 def test_gpuslice_serve_refuses_inconsistent_settings(capsys: pytest.CaptureFixture[str]) -> None:
     from extender.cli import main
 
-    assert main(["--standalone", "--port", "0"]) == 2
-    assert "port" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--standalone", "--nodes", "1", "--port", "0"])  # checked where parsed
+    assert exit_.value.code == 2 and "argument --port: expected a port number 1..65535" in capsys.readouterr().err
     assert main(["--standalone", "--nodes", "1", "--gpu-model", "Tesla-T4"]) == 2
-    assert "not in the catalog" in capsys.readouterr().err
+    assert "--gpu-model 'Tesla-T4' is not in the catalog" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["--demo"])  # the demo runs without a cluster only
 
