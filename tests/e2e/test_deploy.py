@@ -285,7 +285,7 @@ def test_gpuslice_certs_again_keeps_everything_and_renew_restarts_the_readers(gs
     refused = h.run_certs(certs_config, "--renew", "--rotate-ca", home=gs.work)
     assert refused.returncode == 2 and "not allowed with argument --renew" in refused.stderr
     refused = h.run_certs(certs_config, "--leaf-days", "0", home=gs.work)
-    assert refused.returncode == 2 and "leaf days must be positive" in refused.stderr
+    assert refused.returncode == 2 and "argument --leaf-days: expected a whole number >= 1" in refused.stderr
     assert {n: h.secret_data(kube, n) for n in before} == after  # a refusal writes nothing
 
 
