@@ -150,7 +150,8 @@ def main(argv: Sequence[str]) -> int:
     """Entry point of ``gpuslice agent``; returns the exit code."""
     ap = parser()
     args = ap.parse_args(list(argv))
-    ap.check(args, RULES)
+    if ap.check(args, RULES):
+        return 2
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     grace = args.grace if args.grace is not None else (5.0 if args.simulate else 30.0)
     try:

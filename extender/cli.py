@@ -130,9 +130,9 @@ def _parser() -> CommandParser:
     history = ap.add_argument_group("demand history (GET /history, gpuslice history export)")
     history.add_argument("--no-history", dest="history", action="store_false",
                          help="keep no demand history (default: keep one)")
-    history.add_argument("--history-max-age", type=float, default=30.0, metavar="DAYS",
+    history.add_argument("--history-max-age", type=positive_number, default=30.0, metavar="DAYS",
                          help="claims that ended longer ago leave the history (default 30 days)")
-    history.add_argument("--history-max-mib", type=int, default=64, metavar="MIB",
+    history.add_argument("--history-max-mib", type=positive_int, default=64, metavar="MIB",
                          help="the history's size bound, in MiB of its JSON lines (default 64)")
     history.add_argument("--history-names", action="store_true",
                          help="keep pod names (namespace/name) in the history (default: claim ids only)")
@@ -235,6 +235,8 @@ def _rules() -> list[Applies]:
                 "add --nodes N"),
         Applies(("--gpu-model",), lambda a: a.nodes > 0 or a.demo, "labels the cards --nodes seeds, and none are "
                 "seeded", "add --nodes N"),
+        Applies(("--history-max-age", "--history-max-mib", "--history-names"), lambda a: a.history,
+                "shapes the demand history, and --no-history keeps none", "drop one of them"),
     ]
 
 
@@ -242,7 +244,8 @@ def main(argv: Sequence[str]) -> int:
     """``gpuslice serve``: exit code 0 on a clean stop, 2 on bad settings, 1 when the address is taken."""
     ap = _parser()
     args = ap.parse_args(list(argv))
-    ap.check(args, _rules())
+    if ap.check(args, _rules()):
+        return 2
     if args.standalone and not args.demo and not args.nodes and not args.learn_nodes:
         ap.error("--standalone with no nodes would serve nothing: seed them with --nodes N (--cards-per-node "
                  "cards each), or take them from request bodies with --learn-nodes")

@@ -5,7 +5,8 @@
 * A value is checked where it is parsed (an argparse ``type=`` callable), so its message names the flag.
 * An option that does not apply to what was asked (a protocol, a mode, another option given with it)
   is refused, saying why and what to use instead: :class:`Applies` and :class:`Conflict` rules, checked
-  against the options *given on the command line* (a default or an environment twin is not given).
+  against the options *given on the command line* (a default or an environment twin is not given),
+  by :meth:`CommandParser.check` right after parsing (``if ap.check(args, RULES): return 2``).
 * An old flag name keeps working as a deprecated alias that warns (:meth:`CommandParser.alias`).
 * A run that cannot reach what was asked (an offered load, a target) says so on its first line and
   exits non-zero, unless the command's ``--allow-...`` flag is given (each command decides its own).
@@ -118,14 +119,17 @@ class CommandParser(argparse.ArgumentParser):
         return self.given.get(self._option_string_actions[option].dest, option)
 
     def was_given(self, option: str) -> bool:
-        """Whether ``option`` (any of its names) was on the command line."""
-        return self._option_string_actions[option].dest in self.given
+        """Whether ``option`` (any of its names) was on the command line (False for one this parser lacks)."""
+        action = self._option_string_actions.get(option)
+        return action is not None and action.dest in self.given
 
     def flagged(self, message: str, args: argparse.Namespace) -> str:
         """``message`` naming the option whose file it is about: ``x.toml: not valid TOML`` ->
         ``--catalog x.toml: not valid TOML``; ``cannot write the plots into x/ ...`` -> ``--plots: cannot ...``.
         Only path-like values (with a / or a .) are matched, the longest first."""
         found = []
+        if any(typed in message for typed in self.given.values()):
+            return message  # it names its flag already
         for dest, typed in self.given.items():
             value = getattr(args, dest, None)
             for part in str(value).split(",") if isinstance(value, (str, os.PathLike)) else ():
@@ -138,17 +142,19 @@ class CommandParser(argparse.ArgumentParser):
 
     # ---- the rules -----------------------------------------------------------------------------------
 
-    def check(self, args: argparse.Namespace, rules: Iterable[Applies | Conflict]) -> None:
-        """Refuse (exit 2) the first option given that a rule says does not apply."""
+    def check(self, args: argparse.Namespace, rules: Iterable[Applies | Conflict]) -> int:
+        """0 when every option given applies; else the first refusal printed (one line and the hint) and 2.
+        A rule's option this parser does not have is skipped: one rule list can serve several commands."""
         for rule in rules:
             if isinstance(rule, Conflict):
                 if self.was_given(rule.first) and self.was_given(rule.second):
-                    self.error(f"{self.flag_of(rule.first)} and {self.flag_of(rule.second)} cannot go together: "
-                               f"{rule.instead}")
+                    return self.usage_error(f"{self.flag_of(rule.first)} and {self.flag_of(rule.second)} cannot go "
+                                            f"together: {rule.instead}")
                 continue
             given = [f for f in rule.flags if self.was_given(f)]
             if given and not rule.when(args):
-                self.error(f"{self.flag_of(given[0])} {rule.why}; {rule.instead}")
+                return self.usage_error(f"{self.flag_of(given[0])} {rule.why}; {rule.instead}")
+        return 0
 
     def alias(self, old: str, new: str) -> None:
         """Accept ``old`` for the option ``new`` (same value), warning that it is deprecated; hidden in --help."""

@@ -112,7 +112,8 @@ def simulate_main(argv: Sequence[str]) -> int:
     output_options(ap)
     command_cluster.cluster_options(ap)
     args = ap.parse_args(dash_values(argv))
-    ap.check(args, SIMULATE_RULES)
+    if ap.check(args, (*command_cluster.RULES, *SIMULATE_RULES)):  # --from-cluster's words first
+        return 2
 
     def run() -> int:
         if args.from_cluster:
@@ -383,7 +384,8 @@ def plan_main(argv: Sequence[str]) -> int:
                          "so either way)")
     command_cluster.cluster_options(ap, plan=True)
     args = ap.parse_args(dash_values(argv))
-    ap.check(args, PLAN_RULES)
+    if ap.check(args, (*command_cluster.RULES, *PLAN_RULES)):
+        return 2
     return _guarded(ap, args, lambda: _plan_any(ap, args))
 
 

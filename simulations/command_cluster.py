@@ -22,6 +22,7 @@ from typing import Any
 
 from packing.mix_estimator import catalog_prior
 from packing.products import Catalog, load_catalog
+from packing.usage import Applies
 from simulations import metrics, protocol_b, report
 from simulations.cluster_fetch import Connection, FetchError, state_and_history
 from simulations.engine import NEVER, EngineConfig, Simulation, simulate
@@ -107,39 +108,33 @@ def cluster_options(ap: argparse.ArgumentParser, plan: bool = False) -> None:
                    help="resampled arrivals run this long after the snapshot (default: the recorded span)")
 
 
-# options of the other inputs that --from-cluster does not take: (dest, flag, why)
-_NOT_WITH = (("nodes", "--nodes", "the nodes are the cluster's"), ("pods", "--pods", "the demand is the history"),
-             ("cards", "--cards", "the cards are the cluster's (what-if: --add-cards)"),
-             ("rho", "--rho", "the load is the recorded demand (what-if: --demand-scale)"),
-             ("jobs", "--jobs", "the demand is the history (its length: --horizon)"),
-             ("runtime_cap", "--runtime-cap", "runtimes are the recorded ones"),
-             ("runtimes_from", "--runtimes-from", "runtimes are the recorded ones"),
-             ("never_ran", "--never-ran", "an openb option"), ("max_job_cards", "--max-job-cards", "an openb option"),
-             ("protocol", "--protocol", "a live cluster runs protocol B"), ("inflation", "--inflation", "protocol A's"),
-             ("offline", "--offline", "protocol A's"), ("compare_admission", "--compare-admission",
-                                                         "not offered here: run --admission A,B"),
-             ("saturation", "--saturation", "not offered here"), ("compare", "--compare", "not offered here"),
-             ("host", "--host", "the extender places by GPU only"), ("ref_cards", "--ref-cards", "plan's own sizing"),
-             ("processes", "--processes", "protocol A's"), ("workers", "--workers", "protocol A's"),
-             ("scheduler", "--scheduler", "protocol A's"))
-_ONLY_WITH = ("history", "add_cards", "entitlements", "horizon", "ca", "cert", "key", "server_name")
+# options of the other inputs that --from-cluster does not take: (flag, why)
+_NOT_WITH = (("--nodes", "the nodes are the cluster's"), ("--pods", "the demand is the history"),
+             ("--cards", "the cards are the cluster's (what-if: --add-cards)"),
+             ("--rho", "the load is the recorded demand (what-if: --demand-scale)"),
+             ("--jobs", "the demand is the history (its length: --horizon)"),
+             ("--runtime-cap", "runtimes are the recorded ones"), ("--runtimes-from", "runtimes are the recorded ones"),
+             ("--never-ran", "an openb option"), ("--max-job-cards", "an openb option"),
+             ("--protocol", "a live cluster runs protocol B"), ("--inflation", "protocol A's"),
+             ("--offline", "protocol A's"), ("--compare-admission", "not offered here: run --admission A,B"),
+             ("--saturation", "not offered here"), ("--compare", "not offered here"),
+             ("--host", "the extender places by GPU only"), ("--ref-cards", "plan's own sizing"),
+             ("--processes", "protocol A's"), ("--workers", "protocol A's"), ("--scheduler", "protocol A's"))
+_ONLY_WITH = ("--history", "--add-cards", "--entitlements", "--horizon", "--ca", "--cert", "--key", "--server-name",
+              "--remove-node", "--demand-scale", "--running-ends", "--since")
+# the rule of packing/usage.py for these options (simulate and plan check them first, before their own)
+RULES: tuple[Applies, ...] = (
+    *(Applies((flag,), lambda a: not a.from_cluster, f"does not go with --from-cluster: {why}", "drop it")
+      for flag, why in _NOT_WITH),
+    Applies(_ONLY_WITH, lambda a: bool(a.from_cluster), "goes with --from-cluster",
+            "drop it, or add --from-cluster URL|STATE.json"),
+)
 
 
 def refuse_inapplicable(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """UsageError for an option given that does not apply (with or without --from-cluster)."""
-    def given(dest: str) -> bool:
-        return hasattr(args, dest) and getattr(args, dest) != ap.get_default(dest)
-
-    if args.from_cluster:
-        for dest, flag, why in _NOT_WITH:
-            if given(dest):
-                raise UsageError(f"{flag} does not go with --from-cluster: {why}")
-        if args.arrivals == "trace" and args.trace:
-            raise UsageError("--arrivals trace replays the recorded demand; --trace gives another: choose one")
-        return
-    for dest in (*_ONLY_WITH, "remove_node", "demand_scale", "running_ends", "since"):
-        if given(dest):
-            raise UsageError(f"--{dest.replace('_', '-')} goes with --from-cluster")
+    """UsageError for a combination of values that does not apply (the options themselves: ``RULES``)."""
+    if args.from_cluster and args.arrivals == "trace" and args.trace:
+        raise UsageError("--arrivals trace replays the recorded demand; --trace gives another: choose one")
 
 
 def _snapshot(args: argparse.Namespace, catalog: Catalog) -> Snapshot:

@@ -169,7 +169,8 @@ def protocol_of(args: argparse.Namespace) -> str:
 
 
 def _trace(args: argparse.Namespace) -> bool:
-    return bool(args.pods or args.trace)
+    """Whether the demand is read (openb pods, our trace, a live cluster's history), not generated."""
+    return bool(args.pods or args.trace or getattr(args, "from_cluster", None))
 
 
 def admission_names(args: argparse.Namespace) -> list[str]:
@@ -180,7 +181,7 @@ def admission_names(args: argparse.Namespace) -> list[str]:
 
 
 AGING = (AGING_GUARD, DRAIN_SOONEST)  # the strategies that age claims: an age limit means something to them
-PROTOCOL_A_ONLY = ("--offline", "--processes", "--inflation")
+PROTOCOL_A_ONLY = ("--offline", "--processes", "--inflation", "--workers", "--scheduler")
 PROTOCOL_B_ONLY = ("--compare-admission", "--saturation", "--admission", "--rho", "--arrivals", "--host",
                    "--max-job-cards", "--age-limit", "--sla", "--reservation-ttl", "--bind-delay", "--declare-limits",
                    "--runtimes-from", "--placements", "--runtime-cap", "--never-ran")

@@ -18,7 +18,9 @@ from urllib.parse import quote
 
 from extender.client import ClientError, ExtenderClient
 from extender.config import DEFAULT_PORT
+from packing.argtypes import readable_file
 from packing.demand import parse_since
+from packing.usage import CommandParser
 
 PROG = "gpuslice history"
 
@@ -29,9 +31,12 @@ def connection_options(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--url", default=env("GPUSLICE_STATUS_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
                     help="the extender's base URL (GET /history answers over loopback, or to an allowed client "
                          "certificate; default $GPUSLICE_STATUS_URL, else http://127.0.0.1:8888)")
-    ap.add_argument("--ca", default=env("GPUSLICE_STATUS_CA", ""), help="https: verify the extender against this CA")
-    ap.add_argument("--cert", default=env("GPUSLICE_STATUS_CERT", ""), help="https: present this client certificate")
-    ap.add_argument("--key", default=env("GPUSLICE_STATUS_KEY", ""), help="https: the client certificate's key")
+    ap.add_argument("--ca", type=readable_file, default=env("GPUSLICE_STATUS_CA") or None, metavar="PEM",
+                    help="https: verify the extender against this CA")
+    ap.add_argument("--cert", type=readable_file, default=env("GPUSLICE_STATUS_CERT") or None, metavar="PEM",
+                    help="https: present this client certificate")
+    ap.add_argument("--key", type=readable_file, default=env("GPUSLICE_STATUS_KEY") or None, metavar="PEM",
+                    help="https: the client certificate's key")
     ap.add_argument("--server-name", default=env("GPUSLICE_STATUS_SERVER_NAME", ""),
                     help="https: the name the extender's certificate carries, when the URL names an address")
 
@@ -45,6 +50,8 @@ def why_not(error: str, args: argparse.Namespace) -> str:
         return "its certificate is not trusted here: pass --ca (the CA of the Secret gpuslice-extender-tls)"
     if "cannot load the TLS files" in error:
         return f"{error.split(': ', 1)[-1]}: check --ca, --cert and --key"
+    if "needs an https:// URL" in error:
+        return f"{error}: pass an https:// --url, or drop --ca, --cert, --key and --server-name"
     return f"cannot reach the extender at {args.url} ({error.rsplit(': ', 1)[-1]}): pass --url " \
            "(or set GPUSLICE_STATUS_URL; kubectl port-forward to the leader's pod)"
 
@@ -68,7 +75,7 @@ def refusal(status: int, body: bytes) -> str:
 def fetch_history(args: argparse.Namespace, since: str) -> bytes:
     """The history's JSON Lines; RuntimeError carrying the one line to print."""
     try:
-        with ExtenderClient(args.url, timeout=60, ca=args.ca, cert=args.cert, key=args.key,
+        with ExtenderClient(args.url, timeout=60, ca=args.ca or "", cert=args.cert or "", key=args.key or "",
                             server_name=args.server_name) as client:
             status, body = client.request_raw("GET", f"/history?since={quote(since)}" if since else "/history")
     except ClientError as e:
@@ -78,9 +85,21 @@ def fetch_history(args: argparse.Namespace, since: str) -> bytes:
     return body
 
 
+def _unwritable(path: str | None) -> str:
+    """Why ``path`` cannot be written ('' when it can, or when there is none)."""
+    if not path:
+        return ""
+    folder = os.path.dirname(path) or "."
+    if os.path.isdir(path):
+        return "it is a folder"
+    if not os.path.isdir(folder):
+        return f"no folder {folder}"
+    return "" if os.access(folder, os.W_OK) else f"{folder} is not writable"
+
+
 def main(argv: Sequence[str]) -> int:
     """``gpuslice history export``; the subcommand is the first word."""
-    ap = argparse.ArgumentParser(prog=PROG, description="The demand history an extender keeps (GET /history).")
+    ap = CommandParser(prog=PROG, description="The demand history an extender keeps (GET /history).")
     sub = ap.add_subparsers(dest="action", metavar="export", required=True)
     export = sub.add_parser("export", help="write the history as JSON Lines (gpuslice's trace format, a header "
                                            "line first) to stdout or --output",
@@ -96,8 +115,10 @@ def main(argv: Sequence[str]) -> int:
     try:
         parse_since(args.since, time.time())
     except ValueError as e:
-        print(f"{PROG}: --since: {e}", file=sys.stderr)
-        return 2
+        return export.usage_error(f"--since: {e}")
+    unwritable = _unwritable(args.output)
+    if unwritable:  # before asking the extender, not after
+        return export.usage_error(f"--output: cannot write {args.output}: {unwritable}")
     try:
         body = fetch_history(args, args.since)
     except RuntimeError as e:

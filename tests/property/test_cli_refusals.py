@@ -40,7 +40,8 @@ from packing.cli import main as gpuslice
 from packing.policies import POLICIES
 from packing.queue import ADMISSION_POLICIES
 from packing.usage import Applies, CommandParser, Conflict
-from simulations import options
+from simulations import cli as simulations_cli
+from simulations import command_cluster, options
 from simulations.scheduler import TIES
 
 # per property: with the sweep below they cover every option in seconds; GPUSLICE_CLI_EXAMPLES=3000 digs deeper
@@ -113,6 +114,9 @@ BAD_BY_TYPE: dict[Any, Bad] = {
     extender_cli._url_prefix: _bad("v1", "/v1/", "/a b"),
     extender_cli._path_segment: _bad("", "a/b", "a b"),
     extender_cli._subject: _bad("CN", "XX=a", "/", "CN="),
+    simulations_cli.plan_target: _bad("10", "-5m", "v100-100:p101=1h", "x:p99", "1w", "all:p0=1h"),
+    command_cluster.parse_add_cards: _bad("x", "-1", "", ":m", "1.5"),
+    command_cluster._positive: _bad("0", "-1", "nan", "inf", "x", more=NEGATIVE),
 }
 FILE_TYPES = (argtypes.readable_file, options.input_paths)
 # content errors of files are the rows' tests (tests/unit/test_cli_refusals.py)
@@ -137,6 +141,9 @@ BAD_BY_OPTION: dict[tuple[str, str], tuple[Bad, list[str]]] = {
                                  "aging-guard:heads=0", "drain-soonest:T", "fifo",
                                  more=NAMES.filter(lambda t: t.strip() not in ADMISSION_POLICIES)), [])
        for c in ("simulate", "plan")},
+    ("history export", "--since"): (_bad("5x", "-1d", "yesterday"), []),
+    ("history export", "--output"): (_bad("{folder}", "{file}/x", "{missing}/x"), []),
+    ("history export", "--url"): (_bad("127.0.0.1:8888", "ftp://x"), []),
     ("plan", "--product"): (_bad("v100-33", more=NAMES.filter(lambda t: t not in (
         "all", "each", "v100-25", "v100-50", "v100-100", "v100-100x2", "v100-100x4"))), ["--jobs", "300"]),
     **{("simulate", o): (OUTPUT_BAD, []) for o in ("--json", "--csv", "--plots", "--out", "--placements")},
@@ -146,7 +153,12 @@ FREE = {  # options any text is a valid value of (or read only where the walk ca
     ("serve", "--refuse-resource"): "any resource name",
     ("status", "--server-name"): "any name; a wrong one fails the TLS handshake, with a hint",
     ("simulate", "--card-model"): "any GPU label", ("plan", "--card-model"): "any GPU label",
-    ("queue", "--namespace"): "", ("gates", "--namespace"): "",  # typed (dns_label): walked by type
+    ("history export", "--server-name"): "any name; a wrong one fails the TLS handshake, with a hint",
+    ("simulate", "--scheduler"): "a Dask scheduler's address, checked when protocol A connects to it",
+    **{(c, o): "read with the live cluster's snapshot (simulations/command_cluster.py; tests/unit/"
+               "test_from_cluster.py): the walk stops before it"
+       for c in ("simulate", "plan") for o in ("--from-cluster", "--history", "--since", "--ca", "--cert", "--key",
+                                               "--server-name", "--remove-node", "--entitlements")},
     **{("agent", o): "the node agent reads it at start, after the thaw of what a crashed run left frozen "
                      "(enforcement/cli.py); in-process the walk runs --simulate, which refuses it"
        for o in ("--kubeconfig", "--catalog", "--hami-library", "--cgroup-root", "--proc-root", "--runtime-dir",
@@ -156,13 +168,15 @@ FREE = {  # options any text is a valid value of (or read only where the walk ca
 # contexts that make the command valid on their own, for the "does not apply" walk ({...}: files)
 CONTEXTS: dict[str, list[list[str]]] = {
     "simulate": [[], ["--protocol", "a"], ["--trace", "{trace}"], ["--pods", "{pods}", "--nodes", "{nodes}"],
-                 ["--pods", "{pods}", "--protocol", "b"], ["--admission", "strict-fifo"]],
-    "plan": [[], ["--trace", "{trace}"], ["--admission", "best-effort-fifo"]],
+                 ["--pods", "{pods}", "--protocol", "b"], ["--admission", "strict-fifo"],
+                 ["--from-cluster", "{file}"]],
+    "plan": [[], ["--trace", "{trace}"], ["--admission", "best-effort-fifo"], ["--from-cluster", "{file}"]],
     "agent": [["--node-name", "n"], ["--simulate"]],
-    "serve": [[], ["--standalone", "--learn-nodes"], ["--standalone", "--demo"]],
+    "serve": [[], ["--standalone", "--learn-nodes"], ["--standalone", "--demo"], ["--no-history"]],
 }
 RULES: dict[str, Callable[[], tuple[Applies | Conflict, ...]]] = {
-    "simulate": lambda: options.SIMULATE_RULES, "plan": lambda: options.PLAN_RULES,
+    "simulate": lambda: (*command_cluster.RULES, *options.SIMULATE_RULES),
+    "plan": lambda: (*command_cluster.RULES, *options.PLAN_RULES),
     "agent": lambda: agent_cli.RULES, "serve": lambda: tuple(extender_cli._rules()),
 }
 VALID_BY_TYPE: dict[Any, str] = {
@@ -170,12 +184,15 @@ VALID_BY_TYPE: dict[Any, str] = {
     argtypes.positive_number: "1", argtypes.non_negative_number: "1", options.parse_duration: "5m",
     options.parse_cap: "2d", options.parse_rho: "0.9", options.parse_load: "1.1", options.parse_inflation: "1.2",
     options.processes: "1", simulated_gpus: "2", agent_cli._listen: "127.0.0.1:0", _limiter_mode: "gpuslice",
-    Path: "{folder}",
+    Path: "{folder}", simulations_cli.plan_target: "10m", command_cluster.parse_add_cards: "8",
+    command_cluster._positive: "2",
 }
 VALID_BY_OPTION = {"--nodes": "{nodes}", "--pods": "{pods}", "--trace": "{trace}", "--runtimes-from": "{pods}",
                    "--catalog": "{catalog}", "--kubeconfig": "{file}", "--admission": "aging-guard",
                    "--placements": "{out}/p.csv", "--gpu-model": "Tesla-V100-SXM2-32GB", "--node-name": "n",
-                   "--hami-library": "/x.so"}
+                   "--hami-library": "/x.so", "--from-cluster": "{file}", "--history": "{file}", "--since": "7d",
+                   "--ca": "{file}", "--cert": "{file}", "--key": "{file}", "--server-name": "x", "--remove-node": "n",
+                   "--entitlements": "{file}", "--scheduler": "tcp://127.0.0.1:1"}
 
 
 # ---- the parsers, and running a command -----------------------------------------------------------
@@ -201,7 +218,18 @@ def parser_of(command: str) -> argparse.ArgumentParser:
     raise AssertionError(f"gpuslice {command} never parsed its arguments")
 
 
-PARSERS = {command: parser_of(command) for command in sorted(SUBCOMMANDS)}
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser, by the words that name it ('simulate', 'history export')."""
+    out = {}
+    for command in sorted(SUBCOMMANDS):
+        parser = out[command] = parser_of(command)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                out.update({f"{command} {name}": sub for name, sub in action.choices.items()})
+    return out
+
+
+PARSERS = _parsers()
 
 
 def options_of(command: str) -> list[argparse.Action]:
@@ -259,7 +287,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 def nothing_runs() -> Iterator[None]:
     """Whatever would start work raises Accepted (a bad value got through); the rest is real."""
     with pytest.MonkeyPatch.context() as mp:
-        for target in ("packing.demo.run", "extender.demo.run_demo", "extender.client.ExtenderClient.get",
+        for target in ("packing.demo.run", "extender.demo.run_demo", "extender.client.ExtenderClient.request_raw",
+                       "simulations.command_cluster.simulate_from_cluster",
+                       "simulations.command_cluster.plan_from_cluster",
                        "gunicorn.app.base.BaseApplication.run", "extender.queue_view.operator_kube",
                        "extender.gates.operator_kube", "extender.certs.cli.operator_kube",
                        "enforcement.cli._run_node", "enforcement.simulate.run_demo", "simulations.protocol_b.run",
@@ -325,6 +355,15 @@ def test_every_option_is_walked() -> None:
         assert isinstance(parser, CommandParser), f"gpuslice {command}: build its parser with packing.usage"
 
 
+def test_every_rule_names_options_that_exist() -> None:
+    """A typo in a rule would make it never fire: each option it names is some command's (rules are shared)."""
+    every = {o for c in RULES for o in PARSERS[c]._option_string_actions}
+    for command, rules in RULES.items():
+        for rule in rules():
+            flags = (rule.first, rule.second) if isinstance(rule, Conflict) else rule.flags
+            assert set(flags) <= every, f"gpuslice {command}: a rule names {set(flags) - every}, no command's option"
+
+
 @pytest.mark.usefixtures("nothing_runs")
 @pytest.mark.parametrize(("command", "option"), [(c, name_of(a)) for c, a in WALKED])
 def test_a_known_bad_value_of_each_option_is_refused(command: str, option: str, files: dict[str, str]) -> None:
@@ -334,7 +373,7 @@ def test_a_known_bad_value_of_each_option_is_refused(command: str, option: str, 
         return  # a flag (the "does not apply" walk takes it) or free text
     bad, context = walk
     for value in bad.examples:
-        check([command, *(fill(c, files) for c in context), f"{option}={fill(value, files)}"], option)
+        check([*command.split(), *(fill(c, files) for c in context), f"{option}={fill(value, files)}"], option)
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -349,7 +388,7 @@ def test_any_bad_value_of_any_option_is_refused_in_one_line_naming_it(data: st.D
     bad, context = walk
     value = fill(data.draw(bad.strategy, label="value"), files)
     option = name_of(action)
-    check([command, *(fill(c, files) for c in context), f"{option}={value}"], option)
+    check([*command.split(), *(fill(c, files) for c in context), f"{option}={value}"], option)
 
 
 @pytest.mark.usefixtures("nothing_runs")
@@ -359,13 +398,16 @@ def test_an_option_that_does_not_apply_is_refused_naming_it(data: st.DataObject,
     command = data.draw(st.sampled_from(sorted(RULES)), label="command")
     rule = data.draw(st.sampled_from(RULES[command]()), label="rule")
     parser = PARSERS[command]
+    known = parser._option_string_actions  # one rule list may serve several commands: skip what this one lacks
     if isinstance(rule, Conflict):
+        assume(rule.first in known and rule.second in known)
         argv = [command, *given_option(parser, rule.first, files), *given_option(parser, rule.second, files)]
         if command == "simulate" and "--trace" not in argv and "--pods" not in argv:
             argv += ["--trace", files["trace"]]
         check(argv, rule.first)
         return
     flag = data.draw(st.sampled_from(rule.flags), label="flag")
+    assume(flag in known)
     context = [fill(c, files) for c in data.draw(st.sampled_from(CONTEXTS[command]), label="context")]
     argv = [*context, *given_option(parser, flag, files)]
     with contextlib.redirect_stderr(io.StringIO()):
@@ -396,4 +438,5 @@ def given_option(parser: argparse.ArgumentParser, option: str, files: dict[str, 
 def test_an_unknown_option_is_named(command: str, name: str) -> None:
     option = f"--{name.strip('-') or 'x'}"
     assume(not any(o.startswith(option) for o in PARSERS[command]._option_string_actions))
-    check([command, option], option)
+    assume(not any(isinstance(a, argparse._SubParsersAction) for a in PARSERS[command]._actions))
+    check([*command.split(), option], option)
