@@ -245,6 +245,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.metrics import AgentMetrics
     from enforcement.node import start as start_node_side
     from enforcement.pods import KubePodSource, PodIndex, PodWatch
+    from enforcement.refusals import Refusals
 
     _check_cgroup_namespace(args.proc_root)
     backend = _open_simulated(args) if args.simulated_gpus else _open_nvml(args.nvml_deadline)
@@ -259,10 +260,11 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     if stop.is_set():
         backend.close()
         return 0
-    index = PodIndex(args.node_name)
+    events = KubeEventSink(core, args.node_name)
+    refusals = Refusals(args.node_name, events)
+    index = PodIndex(args.node_name, refusals)
     watch = PodWatch(KubePodSource(core, args.node_name), index)
     threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
-    events = KubeEventSink(core, args.node_name)
     try:
         node_side = start_node_side(args, backend, index, core.api_client, stop, events)
     except Exception as e:  # the watchdog runs regardless: a node without hand-off says so, loudly
@@ -305,6 +307,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
             metrics.update(agent)
             if node_side is not None and node_side.writer is not None:
                 metrics.update_handoff(node_side.writer)
+            metrics.update_refusals(refusals)
             last_metrics = now
         if not unsynced_warned and not watch.synced.is_set() and now - started > 30:
             log.warning("no pod list from the API server after 30 s; enforcing nothing until it comes")

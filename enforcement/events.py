@@ -13,11 +13,31 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from enforcement.pods import SliceHolder
-
 log = logging.getLogger(__name__)
 
 COMPONENT = "gpuslice-agent"
+
+
+class PodRef(Protocol):
+    """The pod an event is about (a ``SliceHolder``, a ``Pod``)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def pod(self) -> str: ...
+
+    @property
+    def pod_uid(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """A pod by namespace, name and uid."""
+
+    namespace: str
+    pod: str
+    pod_uid: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,13 +52,13 @@ class PodEvent:
     type: str = "Warning"
 
     @staticmethod
-    def about(holder: SliceHolder, reason: str, message: str) -> PodEvent:
-        """A Warning event on the pod that holds ``holder``."""
-        return PodEvent(holder.namespace, holder.pod, holder.pod_uid, reason, message)
+    def about(pod: PodRef, reason: str, message: str) -> PodEvent:
+        """A Warning event on ``pod``."""
+        return PodEvent(pod.namespace, pod.pod, pod.pod_uid, reason, message)
 
 
 class EventSink(Protocol):
-    def emit(self, holder: SliceHolder, reason: str, message: str) -> None: ...
+    def emit(self, pod: PodRef, reason: str, message: str) -> None: ...
 
 
 class RecordingEventSink:
@@ -47,8 +67,8 @@ class RecordingEventSink:
     def __init__(self) -> None:
         self.events: list[PodEvent] = []
 
-    def emit(self, holder: SliceHolder, reason: str, message: str) -> None:
-        self.events.append(PodEvent.about(holder, reason, message))
+    def emit(self, pod: PodRef, reason: str, message: str) -> None:
+        self.events.append(PodEvent.about(pod, reason, message))
 
 
 class KubeEventSink:
@@ -62,9 +82,9 @@ class KubeEventSink:
         self._thread = threading.Thread(target=self._run, name="gpuslice-events", daemon=True)
         self._thread.start()
 
-    def emit(self, holder: SliceHolder, reason: str, message: str) -> None:
+    def emit(self, pod: PodRef, reason: str, message: str) -> None:
         try:
-            self._queue.put_nowait(PodEvent.about(holder, reason, message))
+            self._queue.put_nowait(PodEvent.about(pod, reason, message))
         except queue.Full:
             self.dropped += 1  # the kill itself is counted in metrics; an event is best effort
 

@@ -66,8 +66,11 @@ class RecordLookup:
         return managed
 
     def by_uid(self, uid: str, namespace: str, name: str) -> ManagedPod:
-        """The managed pod with this UID; HandoffError when it has no record (or is another pod)."""
+        """The managed pod with this UID; HandoffError when it has no record of its own (or is another pod)."""
         uid = canonical_uid(uid)
+        refused = self.index.rejected().get(uid)
+        if refused is not None:  # the watch saw its record and refused it (said once, there)
+            raise HandoffError(f"pod {namespace}/{name}: {refused}")
         managed = self.index.get(uid) or self._read(namespace, name)
         if managed is None:
             raise HandoffError(f"pod {namespace}/{name} ({uid}) has no gpuslice allocation record on this node")

@@ -6,7 +6,8 @@ node: NVML errors and timeouts, skipped memory checks (missing data), freeze/tha
 freezes cut by the ceiling, slots in which the pacer's work-conservation backstop thawed one
 more, holders seen, processes on a GPU their pod holds no slice of,
 containers that cannot be paced, health; whether the hand-off gives containers the in-container
-limiter, and how many it handed without. Running totals are counters (``_total``); what is true
+limiter, and how many it handed without; the pods whose allocation record it refused, by reason.
+Running totals are counters (``_total``); what is true
 now is a gauge. Series of holders that have left the node are removed, so the registry does not
 grow forever.
 """
@@ -21,9 +22,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from enforcement.agent import Agent, HolderStatus
 from enforcement.limiter import LimiterMode
+from packing.record import REFUSALS
 
 if TYPE_CHECKING:
     from enforcement.handoff import Writer
+    from enforcement.refusals import Refusals
 
 _LABELS = ("namespace", "pod", "container", "gpu")
 Labels = tuple[str, ...]
@@ -126,6 +129,15 @@ class AgentMetrics:
             "Container hand-offs written without the in-container limiter (its files missing on the node)",
             registry=r,
         )
+        self.refused = Counter(
+            "gpuslice_agent_records_refused_total",
+            "Allocation records the agent refused (the pod gets no card from any hand-off path), once per pod and "
+            "record, by reason: other-pod (a copy, or forged), other-node, unreadable",
+            ("reason",),
+            registry=r,
+        )
+        for reason in REFUSALS:
+            self.refused.labels(reason)  # exposed from 0: a refusal is an increase, not a new series
         self._series: set[Labels] = set()
         self._totals = _Totals()
 
@@ -173,6 +185,11 @@ class AgentMetrics:
         on = limiter.mode is not LimiterMode.OFF and not writer.limiter_missing()
         self.limiter_installed.labels(limiter.mode.value).set(1 if on else 0)
         self._totals.set(self.without_limiter, writer.without_limiter)
+
+    def update_refusals(self, refusals: Refusals) -> None:
+        """Refresh the count of refused records (every reason exposed, from 0)."""
+        for reason, count in refusals.totals().items():
+            self._totals.set(self.refused, count, (reason,))
 
     def render(self) -> bytes:
         """The text exposition format."""

@@ -4,7 +4,9 @@ No kubelet plugin ever sees a pod that asks for its slice by annotation only: it
 extended resource and no claim. The container runtime does see it. At every container creation
 containerd asks its NRI plugins for adjustments, naming the pod sandbox (its UID and annotations,
 so the allocation record itself) and the container. This plugin answers, for a container of a pod
-whose record names this node and that no other path has handed its slice yet (no
+whose record is the one the extender wrote for it on this node (``packing.record.record_of_pod``:
+the record's claim is the sandbox's pod uid; a copy of another pod's record is refused, the pod told
+why) and that no other path has handed its slice yet (no
 ``GPUSLICE_POD_UID`` in its environment, no ``gpuslice.io/slice`` CDI device), with the CDI
 device ``gpuslice.io/slice=pod-<uid>``, whose spec it wrote from the record, with the same
 container-edits core as the kubelet paths, when the pod sandbox started (so the runtime's CDI
@@ -40,8 +42,8 @@ from typing import Any
 from enforcement.cdi import KIND, POD_UID_ANNOTATION, SETTLE_S, qualified
 from enforcement.handoff import HandoffError, Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
-from enforcement.pods import ManagedPod, PodIndex
-from packing.record import ANNOTATION, AllocationRecord, RecordError, decode
+from enforcement.pods import ManagedPod, PodIndex, pod_ref
+from packing.record import ANNOTATION, AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)
 
@@ -242,7 +244,7 @@ class NriPlugin:
             return adjust
         spec = self.writer.specs.read(pod_device(pod.uid))
         if ((spec or {}).get("annotations") or {}).get(POD_UID_ANNOTATION) == pod.uid:
-            record = decode(value)  # written at sandbox start: long seen by the runtime's cache
+            record = self._record(pod)  # written at sandbox start: long seen by the runtime's cache
         else:
             record = self._write(pod)
             time.sleep(SETTLE_S)  # just written: give the runtime's CDI cache time to see it
@@ -252,14 +254,24 @@ class NriPlugin:
                  qualified(pod_device(pod.uid)), ",".join(record.gpus))
         return adjust
 
+    def _record(self, pod: Any) -> AllocationRecord:
+        """The record in the sandbox's annotations (the pod's own, copied by the kubelet), if it is the one
+        the extender wrote for this very pod on this node; HandoffError (the refusal said) otherwise."""
+        doc = {"metadata": {"uid": pod.uid, "namespace": pod.namespace, "name": pod.name,
+                            "annotations": dict(pod.annotations)}}
+        try:
+            record = record_of_pod(doc, self.node)
+        except RecordRefused as e:
+            if self.index.refusals is not None:
+                self.index.refusals.refused(pod_ref(doc, pod.uid), e)
+            raise HandoffError(f"pod {pod.namespace}/{pod.name}: {e}") from e
+        if record is None:
+            raise HandoffError(f"pod {pod.namespace}/{pod.name} carries no {ANNOTATION}")
+        return record
+
     def _write(self, pod: Any) -> AllocationRecord:
         """Write the pod's spec from the record in its sandbox annotations; HandoffError if unusable."""
-        try:
-            record = decode(pod.annotations[ANNOTATION])
-        except RecordError as e:
-            raise HandoffError(f"pod {pod.namespace}/{pod.name}: bad {ANNOTATION}: {e}") from e
-        if record.node != self.node:
-            raise HandoffError(f"pod {pod.namespace}/{pod.name} is recorded on {record.node}, not {self.node}")
+        record = self._record(pod)
         managed = self.index.get(pod.uid)
         if managed is None:  # the watch lags: the sandbox's annotations are the pod's own
             managed = ManagedPod(pod.uid, pod.namespace, pod.name, record)

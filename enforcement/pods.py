@@ -2,8 +2,10 @@
 
 The extender writes the allocation record (``packing.record``) on the pod before it binds it, so a
 node-scoped pod watch (``spec.nodeName=<node>``) is all the agent needs to know which pod holds
-which slice on which GPU. A pod is managed only if it carries a valid record naming this node;
-a pod without one is never touched, and a pod with a broken one is reported, not guessed at.
+which slice on which GPU. A pod is managed only if it carries the record the extender wrote for it
+on this node (``packing.record.record_of_pod``: its claim is the pod's own uid, its node this one);
+a pod without one is never touched, and a pod with a record it may not use (a copy of another pod's,
+another node's, a broken one) is refused and told why (``enforcement.refusals``), never guessed at.
 Identity is always by pod UID (from the cgroup path), never by request size or order.
 
 A slice belongs to the pod (the record is per pod): all of the pod's containers on that GPU share
@@ -21,8 +23,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from enforcement.cgroups import canonical_uid
+from enforcement.events import Pod
+from enforcement.refusals import Refusals
 from packing.products import MILLI_PER_GPU
-from packing.record import ANNOTATION, AllocationRecord, RecordError, decode
+from packing.record import AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)
 
@@ -106,41 +110,46 @@ def container_ids(pod: Mapping[str, Any]) -> dict[str, str]:
 class PodIndex:
     """The managed pods on one node, by pod UID. Thread-safe: the watch writes, the loop reads."""
 
-    def __init__(self, node_name: str) -> None:
+    def __init__(self, node_name: str, refusals: Refusals | None = None) -> None:
         self.node_name = node_name
+        self.refusals = refusals  # told of every pod whose record this node refuses
         self._pods: dict[str, ManagedPod] = {}
         self._rejected: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    def _parse(self, pod: Mapping[str, Any]) -> tuple[str, ManagedPod | None, str | None]:
+    def _parse(self, pod: Mapping[str, Any]) -> tuple[str, ManagedPod | None, RecordRefused | None]:
         uid = _get(pod, "metadata", "uid")
         if not isinstance(uid, str) or not uid:
             return "", None, None
-        uid = canonical_uid(uid)
-        value = (_get(pod, "metadata", "annotations") or {}).get(ANNOTATION)
-        if value is None or _get(pod, "status", "phase") in _ENDED_PHASES:
-            return uid, None, None
+        if _get(pod, "status", "phase") in _ENDED_PHASES:
+            return canonical_uid(uid), None, None
         try:
-            record = decode(value)
-        except RecordError as e:
-            return uid, None, f"bad {ANNOTATION} annotation: {e}"
-        if record.node != self.node_name:
-            return uid, None, f"allocation record names node {record.node!r}, this is {self.node_name!r}"
+            record = record_of_pod(pod, self.node_name)
+        except RecordRefused as e:
+            return canonical_uid(uid), None, e
+        if record is None:
+            return canonical_uid(uid), None, None
+        uid = canonical_uid(uid)
         namespace = _get(pod, "metadata", "namespace") or "default"
         name = _get(pod, "metadata", "name") or uid
         return uid, ManagedPod(uid, str(namespace), str(name), record, container_ids(pod)), None
 
-    def _put(self, uid: str, managed: ManagedPod | None, problem: str | None) -> None:
+    def _put(self, uid: str, managed: ManagedPod | None, problem: RecordRefused | None) -> None:
         self._pods.pop(uid, None)
         self._rejected.pop(uid, None)
         if managed is not None:
             self._pods[uid] = managed
         elif problem is not None:
-            self._rejected[uid] = problem
-            log.warning("pod %s not managed: %s", uid, problem)
+            self._rejected[uid] = str(problem)
+
+    def _tell(self, pod: Mapping[str, Any], uid: str, problem: RecordRefused | None) -> None:
+        """Outside the lock: the refusal is said (an Event is queued, a line logged)."""
+        if problem is not None and self.refusals is not None:
+            self.refusals.refused(pod_ref(pod, uid), problem)
 
     def replace(self, pods: Iterable[Mapping[str, Any]]) -> None:
-        """Start over from a full list (after a relist)."""
+        """Start over from a full list."""
+        pods = list(pods)
         parsed = [self._parse(p) for p in pods]
         with self._lock:
             self._pods.clear()
@@ -148,6 +157,8 @@ class PodIndex:
             for uid, managed, problem in parsed:
                 if uid:
                     self._put(uid, managed, problem)
+        for pod, (uid, _, problem) in zip(pods, parsed, strict=True):
+            self._tell(pod, uid, problem)
 
     def apply(self, kind: str, pod: Mapping[str, Any]) -> None:
         """Apply one watch event (ADDED, MODIFIED, DELETED; others are ignored)."""
@@ -161,6 +172,11 @@ class PodIndex:
                 self._put(uid, None, None)
             else:
                 self._put(uid, managed, problem)
+        if kind == "DELETED":
+            if self.refusals is not None:
+                self.refusals.forget(uid)
+        else:
+            self._tell(pod, uid, problem)
 
     def get(self, pod_uid: str) -> ManagedPod | None:
         with self._lock:
@@ -171,9 +187,10 @@ class PodIndex:
         with self._lock:
             return next((p for p in self._pods.values() if p.namespace == namespace and p.name == name), None)
 
-    def parse(self, pod: Mapping[str, Any]) -> tuple[ManagedPod | None, str | None]:
-        """A pod object (e.g. read from the API) as this index would hold it, or why it would not."""
-        _, managed, problem = self._parse(pod)
+    def parse(self, pod: Mapping[str, Any]) -> tuple[ManagedPod | None, RecordRefused | None]:
+        """A pod object (e.g. read from the API) as this index would hold it, or why it would not (said)."""
+        uid, managed, problem = self._parse(pod)
+        self._tell(pod, uid, problem)
         return managed, problem
 
     def holder(self, pod_uid: str, gpu: str) -> SliceHolder | None:
@@ -189,6 +206,12 @@ class PodIndex:
     def __len__(self) -> int:
         with self._lock:
             return len(self._pods)
+
+
+def pod_ref(pod: Mapping[str, Any], uid: str) -> Pod:
+    """The pod object as an event's subject."""
+    return Pod(str(_get(pod, "metadata", "namespace") or "default"), str(_get(pod, "metadata", "name") or uid),
+               str(_get(pod, "metadata", "uid") or uid))
 
 
 class WatchExpired(Exception):

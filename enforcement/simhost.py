@@ -155,7 +155,7 @@ class SimNode:
         annotations: dict[str, str] = {}
         if managed:
             record = AllocationRecord(
-                claim_uid=f"claim-{name}",
+                claim_uid=pod_uid,  # the extender writes a record for the pod it binds
                 node=record_node or self.node_name,
                 gpus=tuple(self.gpus[i].uuid for i in gpu_indexes),
                 product=product,

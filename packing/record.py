@@ -3,11 +3,17 @@
 The extender writes it on the pod (annotation ``gpuslice.io/allocation``) with the Binding, in the
 update that sets the pod's node; the node agent reads it to hand the container its GPU and caps. The API server is the
 only state the two share, so the record is small, versioned and strict on decode.
+
+A record hands out a card only on the pod it was written for: :func:`record_of_pod` is the one reader
+of a pod's record, for the extender's watch and every hand-off path of the agent alike. A record whose
+claim is not the pod's own uid (a copy of another pod's), or that names another node, is refused with
+the reason, never honoured.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,3 +115,48 @@ def decode(value: str) -> AllocationRecord:
         memory_mib=_typed(doc, "mib", int),
         version=version,
     )
+
+
+# why a pod's record is refused (the agent's metric label)
+UNREADABLE = "unreadable"
+OTHER_POD = "other-pod"
+OTHER_NODE = "other-node"
+REFUSALS = (UNREADABLE, OTHER_POD, OTHER_NODE)
+
+
+class RecordRefused(RecordError):
+    """A pod carries a record that is not the extender's record for this very pod on this node."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason  # one of REFUSALS
+
+
+def _meta(pod: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = pod.get("metadata")
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def record_of_pod(pod: Mapping[str, Any], node: str) -> AllocationRecord | None:
+    """The allocation record the extender wrote for ``pod`` on ``node``; None when the pod carries none.
+
+    The record's claim must be the pod's own uid (``metadata.uid``: the API server sets it at creation,
+    so no record written before the pod existed can name it) and its node ``node`` (the node that
+    reads it). RecordRefused otherwise, its ``reason`` one of REFUSALS and its message what is wrong.
+    """
+    annotations = _meta(pod).get("annotations")
+    value = annotations.get(ANNOTATION) if isinstance(annotations, Mapping) else None
+    if value is None:
+        return None
+    try:
+        record = decode(value)
+    except RecordError as e:
+        raise RecordRefused(UNREADABLE, f"its {ANNOTATION} annotation is unreadable: {e}") from None
+    uid = _meta(pod).get("uid")
+    if not isinstance(uid, str) or record.claim_uid != uid:
+        raise RecordRefused(OTHER_POD, f"its allocation record names claim {record.claim_uid}, not this pod "
+                                       f"({uid}): a copy, or written by hand; only the pod it was written for gets "
+                                       "the card")
+    if record.node != node:
+        raise RecordRefused(OTHER_NODE, f"its allocation record names node {record.node!r}, not {node!r}")
+    return record

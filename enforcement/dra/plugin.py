@@ -78,9 +78,7 @@ class DraDriver:
             if not results:
                 raise HandoffError(f"ResourceClaim {namespace}/{name} has no {DRIVER} device allocated")
             pod_uid, pod_name = claim_reserved_pod(claim)
-            pod = self.lookup.by_uid(pod_uid, namespace, pod_name)
-            if pod.record.node != self.node:
-                raise HandoffError(f"pod {pod.namespace}/{pod.name} is recorded on {pod.record.node}, not {self.node}")
+            pod = self.lookup.by_uid(pod_uid, namespace, pod_name)  # its own record, for this node (record_of_pod)
             device = claim_device(uid)
             handoff = self.writer.write(device, pod)
             devices = tuple(

@@ -40,7 +40,7 @@ from extender.cluster.webhook import GATE
 from extender.inventory import InventoryError, inventory_of_node
 from extender.inventory_sync import SyncOutcome
 from packing.entitlements import Entitlement
-from packing.record import ANNOTATION, AllocationRecord, RecordError, decode
+from packing.record import AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)
 
@@ -68,22 +68,12 @@ def gated(pod: Mapping[str, Any]) -> bool:
 
 
 def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:
-    """The pod's allocation record if it carries a valid one for itself and its node; None otherwise."""
-    meta = pod.get("metadata") or {}
-    value = (meta.get("annotations") or {}).get(ANNOTATION)
-    if value is None:
-        return None
-    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    """The pod's allocation record if it carries the one written for it on its node; None otherwise."""
     try:
-        record = decode(value)
-    except RecordError as e:
-        log.warning("pod %s: unreadable allocation record (%s); accounting it by policy", key, e)
+        return record_of_pod(pod, pod_node(pod))
+    except RecordRefused as e:
+        log.warning("pod %s: %s; accounting it by policy", _key(pod), e)
         return None
-    if record.claim_uid != pod_uid(pod) or record.node != pod_node(pod):
-        log.warning("pod %s: its allocation record names claim %s on node %s, not this pod on %s; "
-                    "accounting it by policy", key, record.claim_uid, record.node, pod_node(pod))
-        return None
-    return record
 
 
 class ClusterSync:

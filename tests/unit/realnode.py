@@ -84,7 +84,7 @@ class Pod:
 
     def manifest(self, node: str, gpu: str, product: str, milli: int, memory_mib: int) -> dict[str, Any]:
         """The pod as the API server would list it, with an allocation record for ``gpu``."""
-        record = AllocationRecord(f"claim-{self.name}", node, (gpu,), product, milli, memory_mib)
+        record = AllocationRecord(self.uid, node, (gpu,), product, milli, memory_mib)
         return {
             "metadata": {
                 "uid": self.uid,

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from enforcement.events import RecordingEventSink
 from enforcement.pods import MIB, KubePodSource, PodIndex, PodWatch, StaticPodSource, WatchExpired, container_ids
-from packing.record import ANNOTATION, AllocationRecord
+from enforcement.refusals import REFUSED, Refusals
+from packing.record import ANNOTATION, OTHER_NODE, OTHER_POD, UNREADABLE, AllocationRecord
 
 UID = "0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
 GPU0, GPU1 = "GPU-0000", "GPU-1111"
@@ -38,9 +40,9 @@ def pod(
 
 
 def record(
-    node: str = "node-a", gpus: tuple[str, ...] = (GPU0,), milli: int = 250, mib: int = 8192
+    node: str = "node-a", gpus: tuple[str, ...] = (GPU0,), milli: int = 250, mib: int = 8192, claim: str = UID
 ) -> AllocationRecord:
-    return AllocationRecord("claim-1", node, gpus, "v100-25" if milli == 250 else None, milli, mib)
+    return AllocationRecord(claim, node, gpus, "v100-25" if milli == 250 else None, milli, mib)
 
 
 def test_a_managed_pod_holds_a_slice_on_its_gpu_only() -> None:
@@ -71,6 +73,7 @@ def test_whole_cards_and_gangs_are_not_paced() -> None:
         (pod(annotation="{not json"), "not JSON"),
         (pod(annotation=json.dumps({"v": 99})), "newer gpuslice"),
         (pod(record=record(node="node-b")), "names node 'node-b'"),
+        (pod(record=record(claim="another-pod")), "names claim another-pod, not this pod"),
     ],
 )
 def test_a_bad_record_is_refused_with_a_reason(item: dict[str, Any], reason: str) -> None:
@@ -78,6 +81,24 @@ def test_a_bad_record_is_refused_with_a_reason(item: dict[str, Any], reason: str
     index.replace([item])
     assert index.get(UID) is None and len(index) == 0
     assert reason in index.rejected()[UID]
+
+
+def test_a_refused_record_is_told_once_by_an_event_and_counted_by_reason() -> None:
+    events = RecordingEventSink()
+    refusals = Refusals("node-a", events)
+    index = PodIndex("node-a", refusals)
+    copy = pod(record=record(claim="a-running-slice-pod"))  # another pod's record, copied onto this one
+    index.replace([copy])
+    index.apply("MODIFIED", copy)  # the pod changes (its status): nothing new to say
+    index.apply("MODIFIED", pod(record=record(claim="yet-another-pod")))  # edited: still not its own, said again
+    assert [(e.reason, e.namespace, e.pod, e.pod_uid) for e in events.events] == [(REFUSED, "ml", "trainer", UID)] * 2
+    assert "names claim a-running-slice-pod, not this pod" in events.events[0].message
+    assert "node-a" in events.events[0].message
+    assert refusals.totals() == {OTHER_POD: 2, OTHER_NODE: 0, UNREADABLE: 0}
+    index.apply("DELETED", copy)
+    index.apply("ADDED", pod(uid="22222222-0000-4000-8000-000000000000", annotation="{"))
+    assert refusals.totals()[UNREADABLE] == 1 and len(events.events) == 3
+    assert index.get(UID) is None and len(index) == 0
 
 
 @pytest.mark.parametrize("item", [pod(), pod(record=record(), phase="Succeeded"), pod(record=record(), phase="Failed")])
@@ -117,7 +138,7 @@ def test_watch_lists_then_applies_events() -> None:
     version = watch.sync()
     assert index.get(UID) is not None and watch.synced.is_set()
     other = "11111111-2222-3333-4444-555555555555"
-    source.publish("ADDED", pod(uid=other, name="second", record=record(gpus=(GPU1,))))
+    source.publish("ADDED", pod(uid=other, name="second", record=record(gpus=(GPU1,), claim=other)))
     source.publish("DELETED", pod(record=record()))
     watch.pump(version)
     assert index.get(UID) is None and index.holder(other, GPU1) is not None

@@ -157,6 +157,8 @@ def test_dra_registration_and_prepare_unprepare_over_unix_sockets(world: dict[st
     ("no-record", "has no gpuslice allocation record"),
     ("two-pods", "serves exactly one pod"),
     ("other-node", "allocation record names node 'node-b'"),
+    ("copied", "names claim 6b0c0000-a-running-slice-pod, not this pod"),  # read from the API: the watch lags
+    ("copied-watched", "names claim 6b0c0000-a-running-slice-pod, not this pod"),  # refused by the watch already
 ])
 def test_dra_unknown_claim_or_pod_is_a_clear_error(world: dict[str, Any], case: str, message: str) -> None:
     name = "gpu"
@@ -173,6 +175,12 @@ def test_dra_unknown_claim_or_pod_is_a_clear_error(world: dict[str, Any], case: 
         pod["metadata"]["annotations"][ANNOTATION] = record.encode()
         world["api"].objects["/api/v1/namespaces/ml/pods/trainer"] = pod
         world["index"].replace([])
+    elif case.startswith("copied"):  # a tenant's pod carrying a copy of a running slice pod's record
+        pod = managed_pod()
+        copy = AllocationRecord("6b0c0000-a-running-slice-pod", NODE, (GPU_A,), "v100-25", 250, 8192)
+        pod["metadata"]["annotations"][ANNOTATION] = copy.encode()
+        world["api"].objects["/api/v1/namespaces/ml/pods/trainer"] = pod
+        world["index"].replace([pod] if case == "copied-watched" else [])
     driver, server = dra(world)
     try:
         with grpc.insecure_channel(f"unix://{server.endpoint}") as ch:
@@ -367,6 +375,21 @@ def test_token_handoff_writes_nothing_for_a_pod_it_cannot_find(world: dict[str, 
     handoff.reconcile()
     assert world["specs"].written() == [] and handoff.pending() == list(listing)  # still waited for
     assert "ml/ghost" in handoff.last_error and handoff.held() == list(listing)
+
+
+def test_token_handoff_gives_no_card_to_a_pod_with_a_copied_record(world: dict[str, Any]) -> None:
+    """A pod that got a token (it asked by extended resource) but carries another pod's record: no spec."""
+    pod = managed_pod("copycat", uid="c0c0c0c0-0000-4000-8000-000000000001")
+    copy = AllocationRecord(POD_UID, NODE, (GPU_A,), "v100-25", 250, 8192)  # the running trainer's record
+    pod["metadata"]["annotations"][ANNOTATION] = copy.encode()
+    world["api"].objects["/api/v1/namespaces/ml/pods/copycat"] = pod
+    listing = {"v100-25::" + GPU_A + "::1": Holder("ml", "copycat", "main", "gpuslice.io/v100-25")}
+    handoff = TokenHandoff(lambda _: listing, world["lookup"], world["writer"], ["gpuslice.io/v100-25"])
+    handoff.allocated(listing)
+    handoff.reconcile()
+    assert world["specs"].written() == [] and handoff.pending() == list(listing)
+    assert f"names claim {POD_UID}, not this pod" in handoff.last_error
+    assert not (Path(world["pod_state"]).parent / pod["metadata"]["uid"]).exists()
 
 
 # ---- ResourceSlice ---------------------------------------------------------------------------------

@@ -20,10 +20,12 @@ import pytest
 
 from enforcement.cdi import SETTLE_S, SpecDir
 from enforcement.edits import ContainerEdits, EditsConfig
+from enforcement.events import RecordingEventSink
 from enforcement.handoff import Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
 from enforcement.nri import EVENTS, NriPlugin, pod_device
 from enforcement.pods import PodIndex
+from enforcement.refusals import REFUSED, Refusals
 from packing.record import ANNOTATION, AllocationRecord
 from tests.unit.fake_limiter import installed
 
@@ -102,7 +104,7 @@ def setup() -> Iterator[tuple[Runtime, NriPlugin, SpecDir, threading.Event]]:
     specs = SpecDir(tmp / "cdi")
     limiter = installed(tmp)
     plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp, limiter=limiter)),
-                       PodIndex("node-a"), "node-a")
+                       PodIndex("node-a", Refusals("node-a", RecordingEventSink())), "node-a")
     stop = threading.Event()
     thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
     thread.start()
@@ -170,15 +172,34 @@ def test_leaves_pods_that_are_not_ours_or_already_handed(
     assert specs.written() == [] and plugin.skipped == 2
 
 
-@pytest.mark.parametrize("bad, message", [(pod(node="node-b"), "recorded on node-b"),
-                                          (pod(record="{nope"), "bad gpuslice.io/allocation")])
-def test_a_record_it_cannot_honour_fails_the_container_creation(
-        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event], bad: Any, message: str) -> None:
-    runtime, _, specs, _ = setup
-    _, status = runtime.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=bad, container=nri_pb2.Container(
-        name="main")), nri_pb2.CreateContainerResponse())
-    assert status.code != 0 and message in status.message  # the runtime fails it; the kubelet retries
-    assert specs.written() == []
+def sandbox(record: str, uid: str = UID) -> Any:
+    return nri_pb2.PodSandbox(id="sb", name="copycat", uid=uid, namespace="tenant", annotations={ANNOTATION: record})
+
+
+COPY = AllocationRecord("a-running-slice-pod", "node-a", (GPU,), "v100-25", 250, 8192).encode()
+
+
+@pytest.mark.parametrize("bad, message, reason", [
+    (pod(node="node-b"), "names node 'node-b'", "other-node"),
+    (pod(record="{nope"), "gpuslice.io/allocation annotation is unreadable", "unreadable"),
+    (sandbox(COPY), "names claim a-running-slice-pod, not this pod", "other-pod"),  # a copy of another pod's
+])
+def test_a_record_it_may_not_honour_fails_the_container_creation_and_is_told(
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event], bad: Any, message: str, reason: str) -> None:
+    runtime, plugin, specs, _ = setup
+    assert plugin.index.refusals is not None
+    events = plugin.index.refusals.events
+    assert isinstance(events, RecordingEventSink)
+    runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=bad), nri_pb2.Empty())  # the sandbox starts
+    for _ in range(2):  # the kubelet retries the creation: refused each time, told once
+        _, status = runtime.call("CreateContainer", nri_pb2.CreateContainerRequest(pod=bad, container=nri_pb2.Container(
+            name="main")), nri_pb2.CreateContainerResponse())
+        assert status.code != 0 and message in status.message  # the runtime fails it; the kubelet retries
+    assert specs.written() == [] and plugin.handed == 0
+    assert not (specs.root.parent / "limiter" / "state" / UID).exists()
+    assert [(e.reason, e.pod, e.pod_uid) for e in events.events] == [(REFUSED, bad.name, UID)]
+    assert message in events.events[0].message
+    assert plugin.index.refusals.totals()[reason] == 1
     _, status = runtime.call("UpdateContainer", nri_pb2.Empty(), nri_pb2.Empty())
     assert status.code == 12  # unimplemented, said so
 

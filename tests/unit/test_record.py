@@ -9,7 +9,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.record import ANNOTATION, MAX_ENCODED_BYTES, VERSION, AllocationRecord, RecordError, decode
+from packing.record import (
+    ANNOTATION,
+    MAX_ENCODED_BYTES,
+    OTHER_NODE,
+    OTHER_POD,
+    UNREADABLE,
+    VERSION,
+    AllocationRecord,
+    RecordError,
+    RecordRefused,
+    decode,
+    record_of_pod,
+)
 
 GOOD = AllocationRecord(
     claim_uid="6d1f0c7e-0000-4000-8000-000000000001",
@@ -221,3 +233,64 @@ def test_any_text_decodes_or_raises_record_error(text: str) -> None:
     except RecordError:
         return
     assert decode(record.encode()) == record
+
+
+# ---- record_of_pod: the record the extender wrote for this very pod, on this node ---------------------------
+
+def carrying(record: AllocationRecord | str | None, uid: object = GOOD.claim_uid) -> dict[str, Any]:
+    annotations = {} if record is None else {ANNOTATION: record if isinstance(record, str) else record.encode()}
+    return {"metadata": {"uid": uid, "annotations": annotations}, "spec": {"nodeName": GOOD.node}}
+
+
+@given(records())
+@settings(max_examples=200)
+def test_a_pod_gets_back_the_record_written_for_it(record: AllocationRecord) -> None:
+    pod = carrying(record.encode(), uid=record.claim_uid)
+    if len(record.encode().encode()) <= MAX_ENCODED_BYTES:
+        assert record_of_pod(pod, record.node) == record
+
+
+@given(records(), names, names)
+@settings(max_examples=200)
+def test_a_record_is_refused_on_any_other_pod_or_node(record: AllocationRecord, uid: str, node: str) -> None:
+    if len(record.encode().encode()) > MAX_ENCODED_BYTES:
+        return
+    if uid != record.claim_uid:
+        with pytest.raises(RecordRefused, match="not this pod") as e:
+            record_of_pod(carrying(record, uid), record.node)
+        assert e.value.reason == OTHER_POD
+    if node != record.node:
+        with pytest.raises(RecordRefused, match="names node") as e:
+            record_of_pod(carrying(record, record.claim_uid), node)
+        assert e.value.reason == OTHER_NODE
+
+
+def test_a_copy_on_another_pod_is_refused_whatever_else_it_says() -> None:
+    with pytest.raises(RecordRefused, match=f"names claim {GOOD.claim_uid}, not this pod") as e:
+        record_of_pod(carrying(GOOD, uid="another-pod"), GOOD.node)
+    assert e.value.reason == OTHER_POD and isinstance(e.value, RecordError)
+    for uid in (None, "", 7):  # a pod without a uid is no pod the extender wrote for
+        with pytest.raises(RecordRefused):
+            record_of_pod(carrying(GOOD, uid=uid), GOOD.node)
+
+
+def test_no_record_is_none_and_a_broken_one_is_unreadable() -> None:
+    assert record_of_pod(carrying(None), GOOD.node) is None
+    assert record_of_pod({}, GOOD.node) is None
+    assert record_of_pod({"metadata": {"annotations": None}}, GOOD.node) is None
+    for broken in ("{nope", json.dumps({**good_doc(), "v": 9}), "[]"):
+        with pytest.raises(RecordRefused, match="unreadable") as e:
+            record_of_pod(carrying(broken), GOOD.node)
+        assert e.value.reason == UNREADABLE
+
+
+@given(st.dictionaries(st.sampled_from(["metadata", "spec", "x"]),
+                       json_values | st.fixed_dictionaries({"uid": json_values, "annotations": st.dictionaries(
+                           st.sampled_from([ANNOTATION, "y"]), json_values | st.just(GOOD.encode()))})))
+@settings(max_examples=300)
+def test_any_pod_object_reads_as_a_record_none_or_a_refusal(pod: dict[str, Any]) -> None:
+    try:
+        record = record_of_pod(pod, GOOD.node)
+    except RecordRefused:
+        return
+    assert record is None or (record == GOOD and pod["metadata"]["uid"] == GOOD.claim_uid)
