@@ -105,6 +105,15 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
             assert re.findall(r"'([^']+)'", listed) == products
         policies = {o["metadata"]["name"] for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
         assert ("gpuslice-virtual-machines" in policies) == values["admission"]["refuseVirtualMachines"]
+        # the allocation record: written by the extender's ServiceAccount alone, in every namespace
+        record = one(objs, "ValidatingAdmissionPolicy", "gpuslice-allocation-record")
+        assert "namespaceSelector" not in record["spec"]["matchConstraints"]
+        assert [c["expression"] for c in record["spec"]["matchConditions"]] == [
+            'request.userInfo.username != "system:serviceaccount:gpuslice-system:gpuslice-extender"']
+        extender_sa = one(objs, "ServiceAccount", "gpuslice-extender")
+        assert extender_sa["metadata"]["namespace"] == "gpuslice-system"
+        assert one(objs, "ValidatingAdmissionPolicyBinding", "gpuslice-allocation-record")["spec"][
+            "validationActions"] == ["Deny"]
     else:
         assert not [o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
                     and o["metadata"]["name"] != "gpuslice-agent-own-node"]

@@ -308,6 +308,18 @@ def bound_to(obj: Obj, user: str) -> Obj:
     return {**obj, "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]}
 
 
+EXTENDER_SERVICE_ACCOUNT = f"system:serviceaccount:{SYSTEM_NS}:gpuslice-extender"
+
+
+def as_extender_user(obj: Obj, user: str) -> Obj:
+    """A rendered admission policy that names the extender's ServiceAccount, naming the e2e extender's
+    client-certificate identity instead (as :func:`bound_to` does for the RBAC bindings)."""
+    text = json.dumps(obj)
+    assert EXTENDER_SERVICE_ACCOUNT in text, f"{obj['metadata']['name']} does not name the extender"
+    out: Obj = json.loads(text.replace(EXTENDER_SERVICE_ACCOUNT, user))
+    return out
+
+
 def stand_in_pod(kube: Kube, name: str) -> None:
     """A pod object named like an extender replica's pod in the system namespace (it never runs)."""
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -334,6 +346,7 @@ def leader_labelled(kube: Kube) -> set[str]:
 INSTALLED_KINDS = ("Namespace", "ConfigMap", "ClusterRole", "Role", "DeviceClass", "ValidatingAdmissionPolicy",
                    "ValidatingAdmissionPolicyBinding")
 BINDINGS = {"gpuslice-extender": EXTENDER_USER, "gpuslice-certs": CERTS_USER}
+EXTENDER_POLICIES = ("gpuslice-allocation-record",)  # the admission policies that let the extender alone do something
 
 
 def prepare(cp: ControlPlane, work: Path, port: int) -> Gpuslice:
@@ -342,7 +355,9 @@ def prepare(cp: ControlPlane, work: Path, port: int) -> Gpuslice:
     kube = Kube(cp.api_client())
     objs = manifests.rendered()
     for obj in objs:
-        if obj["kind"] in INSTALLED_KINDS and obj["metadata"].get("namespace") in (None, SYSTEM_NS):
+        if obj["kind"] == "ValidatingAdmissionPolicy" and obj["metadata"]["name"] in EXTENDER_POLICIES:
+            apply(kube, as_extender_user(obj, EXTENDER_USER))
+        elif obj["kind"] in INSTALLED_KINDS and obj["metadata"].get("namespace") in (None, SYSTEM_NS):
             apply(kube, obj)
         elif obj["kind"] in ("ClusterRoleBinding", "RoleBinding") and obj["metadata"]["name"] in BINDINGS:
             apply(kube, bound_to(obj, BINDINGS[obj["metadata"]["name"]]))

@@ -18,7 +18,7 @@ from extender.wire import BindingArgs
 from packing.record import ANNOTATION, AllocationRecord
 
 from . import gpuslice_harness as h
-from .cluster import ControlPlane, create_namespace, create_ready_node
+from .cluster import ControlPlane, create_namespace, create_ready_node, new_api_client
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +31,23 @@ def kube(control_plane: ControlPlane) -> Kube:
 @pytest.fixture
 def ns(control_plane: ControlPlane) -> str:
     return create_namespace(control_plane.api_client(), "parts")
+
+
+@pytest.fixture
+def extender_kube(control_plane: ControlPlane, ns: str) -> Kube:
+    """The binder's identity: the extender's user (the one the record admission policy lets write a
+    record, where it is installed), allowed to read pods and create Bindings in ``ns``."""
+    kube = Kube(control_plane.api_client())
+    rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
+    kube.request("POST", f"{rbac}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "binder"},
+        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+                  {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]}]})
+    kube.request("POST", f"{rbac}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "binder"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "binder"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": h.EXTENDER_USER}]})
+    return Kube(new_api_client(control_plane.user_kubeconfig(h.EXTENDER_USER)))
 
 
 @pytest.fixture
@@ -73,10 +90,11 @@ def counting(kube: Kube) -> Counting:
     return c
 
 
-def test_bind_writes_the_record_with_the_binding_in_one_call(kube: Kube, ns: str, node: str) -> None:
+def test_bind_writes_the_record_with_the_binding_in_one_call(kube: Kube, extender_kube: Kube, ns: str,
+                                                             node: str) -> None:
     pod = plain_pod(kube, ns, "p")
     rec = record_for(pod, node)
-    api = counting(kube)
+    api = counting(extender_kube)
     binder = ClusterBinder(api)
     binder.bind(args(pod, node), rec)
     assert api.calls == [f"POST /api/v1/namespaces/{ns}/pods/p/binding"]  # the record travels with it
@@ -100,36 +118,36 @@ def test_bind_without_record_binds_only(kube: Kube, ns: str, node: str) -> None:
     assert ANNOTATION not in (got["metadata"].get("annotations") or {})
 
 
-def test_a_refused_binding_leaves_no_record(kube: Kube, ns: str, node: str) -> None:
+def test_a_refused_binding_leaves_no_record(kube: Kube, extender_kube: Kube, ns: str, node: str) -> None:
     doc = h.slice_pod("gated", "v100-25")
     doc["spec"]["schedulerName"] = "nobody"
     doc["spec"]["schedulingGates"] = [{"name": "example.com/hold"}]  # kube-apiserver refuses to bind it
     pod = h.create_pod(kube, ns, doc)
     with pytest.raises(BindError, match="schedulingGates"):
-        ClusterBinder(kube).bind(args(pod, node), record_for(pod, node))
+        ClusterBinder(extender_kube).bind(args(pod, node), record_for(pod, node))
     got = kube.get_pod(ns, "gated")
     assert got is not None and not got["spec"].get("nodeName")
     assert ANNOTATION not in (got["metadata"].get("annotations") or {})  # record and node: both or neither
 
 
-def test_another_writers_change_survives_the_bind(kube: Kube, ns: str, node: str) -> None:
+def test_another_writers_change_survives_the_bind(kube: Kube, extender_kube: Kube, ns: str, node: str) -> None:
     pod = plain_pod(kube, ns, "p")
     kube.patch_pod(ns, "p", {"metadata": {"labels": {"touched": "yes"}, "annotations": {"other": "x"}}},
                    MERGE_PATCH)  # after the decision, before the bind
-    ClusterBinder(kube).bind(args(pod, node), record_for(pod, node))
+    ClusterBinder(extender_kube).bind(args(pod, node), record_for(pod, node))
     got = kube.get_pod(ns, "p")
     assert got is not None and got["spec"]["nodeName"] == node
     assert got["metadata"]["labels"]["touched"] == "yes" and got["metadata"]["annotations"]["other"] == "x"
     assert got["metadata"]["annotations"][ANNOTATION] == record_for(pod, node).encode()
 
 
-def test_recreated_pod_is_not_bound_by_a_stale_decision(kube: Kube, ns: str, node: str) -> None:
+def test_recreated_pod_is_not_bound_by_a_stale_decision(kube: Kube, extender_kube: Kube, ns: str, node: str) -> None:
     old = plain_pod(kube, ns, "p")
     h.delete_now(kube, ns, "p")
     h.poll(lambda: kube.get_pod(ns, "p") is None, 10, "the pod to go")
     plain_pod(kube, ns, "p")
     with pytest.raises(BindError, match="re-created"):
-        ClusterBinder(kube).bind(args(old, node), record_for(old, node))
+        ClusterBinder(extender_kube).bind(args(old, node), record_for(old, node))
     got = kube.get_pod(ns, "p")
     assert got is not None and not got["spec"].get("nodeName")
 

@@ -44,6 +44,11 @@ gpuslice-extender.{{ .Release.Namespace }}.svc
 {{ toJson $list }}
 {{- end -}}
 
+{{/* The extender's identity in the API (its ServiceAccount): the one writer of allocation records. */}}
+{{- define "gpuslice.extenderUser" -}}
+system:serviceaccount:{{ .Release.Namespace }}:gpuslice-extender
+{{- end -}}
+
 {{/* The extender's weight in the scheduler profile: set, or by mode (deploy/README.md). */}}
 {{- define "gpuslice.extenderWeight" -}}
 {{- if kindIs "invalid" .Values.scheduler.extenderWeight -}}
