@@ -2,19 +2,16 @@
 
 The agent reads each card through NVML (UUID, index, minor number, name, memory) and probes its
 health every ``refresh_s``. It publishes the cards as the Node annotation ``gpuslice.io/inventory``,
-a JSON list, one entry per card::
-
-    {"uuid": "GPU-…", "index": 0, "model": "Tesla-V100-SXM2-32GB", "memory_mib": 32768, "healthy": true}
-
-``model`` is NVML's name in GPU Feature Discovery's label form (``nvidia.com/gpu.product``), so
-the extender's catalog matches it the same way. A card that stops answering as itself is
+the inventory record of ``packing.inventory`` (one ``Card`` per GPU, its encoding and the
+extender's decoding in one place), with ``model`` NVML's name in GPU Feature Discovery's label form
+(``nvidia.com/gpu.product``), so the extender's catalog matches it the same way. The minor number
+and a failed probe's message stay on the node (a ``Reading``). A card that stops answering as itself is
 published ``healthy: false`` (the extender places nothing new on it), its DRA tokens leave the
 ResourceSlice and its device plugin tokens turn Unhealthy. Allocation records name these UUIDs.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import threading
@@ -23,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from enforcement.nvml import GpuDevice, NvmlError
+from packing.inventory import ANNOTATION, Card, encode
 
 log = logging.getLogger(__name__)
 
-ANNOTATION = "gpuslice.io/inventory"
 MIB = 1 << 20
 _LABEL_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -38,26 +35,12 @@ def gfd_model(nvml_name: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class Card:
-    """One GPU of this node."""
+class Reading:
+    """One GPU of this node as NVML read it now: its published card, its device minor, why it is unhealthy."""
 
-    uuid: str
-    index: int
+    card: Card
     minor: int
-    model: str
-    memory_mib: int
-    healthy: bool = True
     problem: str = ""
-
-    def entry(self) -> dict[str, Any]:
-        """This card's entry in the published annotation (the contract the extender reads)."""
-        return {"uuid": self.uuid, "index": self.index, "model": self.model, "memory_mib": self.memory_mib,
-                "healthy": self.healthy}
-
-
-def encode(cards: Sequence[Card]) -> str:
-    """The annotation value: compact JSON, cards in NVML index order."""
-    return json.dumps([c.entry() for c in sorted(cards, key=lambda c: c.index)], separators=(",", ":"))
 
 
 class CardSource(Protocol):
@@ -70,10 +53,10 @@ class CardSource(Protocol):
     def health(self, uuid: str) -> str | None: ...
 
 
-def read_cards(source: CardSource, devices: Sequence[GpuDevice] | None = None) -> list[Card]:
+def read_cards(source: CardSource, devices: Sequence[GpuDevice] | None = None) -> list[Reading]:
     """Every card (``devices``, else the source's) with its health now; a card whose minor number
     is unreadable is unhealthy."""
-    cards: list[Card] = []
+    cards: list[Reading] = []
     for d in source.devices() if devices is None else devices:
         try:
             problem = source.health(d.uuid)
@@ -83,8 +66,8 @@ def read_cards(source: CardSource, devices: Sequence[GpuDevice] | None = None) -
             minor = source.minor_number(d.uuid)
         except NvmlError as e:
             minor, problem = d.index, problem or str(e)
-        cards.append(Card(d.uuid, d.index, minor, gfd_model(d.name), d.memory_total // MIB, problem is None,
-                          problem or ""))
+        cards.append(Reading(Card(d.uuid, d.index, gfd_model(d.name), d.memory_total // MIB, problem is None),
+                             minor, problem or ""))
     return cards
 
 
@@ -122,7 +105,7 @@ class Inventory:
         self.devices = source.devices()
         self.annotator = annotator
         self.resync_s = resync_s
-        self._cards: list[Card] = []
+        self._readings: list[Reading] = []
         self._published: str | None = None
         self._published_at = float("-inf")
         self._listeners: list[Listener] = []
@@ -132,44 +115,49 @@ class Inventory:
 
     def cards(self) -> list[Card]:
         with self._lock:
-            return list(self._cards)
+            return [r.card for r in self._readings]
+
+    def readings(self) -> list[Reading]:
+        with self._lock:
+            return list(self._readings)
 
     def healthy(self) -> list[Card]:
         return [c for c in self.cards() if c.healthy]
 
     def minors(self) -> dict[str, int]:
         """UUID -> device minor, for every card (an unhealthy card keeps its running slices)."""
-        return {c.uuid: c.minor for c in self.cards()}
+        return {r.card.uuid: r.minor for r in self.readings()}
 
     def subscribe(self, listener: Listener) -> None:
         """Call ``listener(cards)`` now and after every change."""
         with self._lock:
             self._listeners.append(listener)
-            cards = list(self._cards)
+            cards = [r.card for r in self._readings]
         listener(cards)
 
     @property
     def published(self) -> bool:
         """The Node carries the current inventory (always True without an annotator)."""
         with self._lock:
-            return self.annotator is None or self._published == encode(self._cards)
+            return self.annotator is None or self._published == encode(r.card for r in self._readings)
 
     def refresh(self, now: float, stop: threading.Event | None = None) -> bool:
         """Re-read the cards; publish when they changed (or every ``resync_s``); True on change.
 
         A read that ``stop`` overtook is dropped: NVML shut down under it, the cards did not fail.
         """
-        cards = read_cards(self.source, self.devices)
+        readings = read_cards(self.source, self.devices)
         if stop is not None and stop.is_set():
             return False
         with self._lock:
-            changed = cards != self._cards
-            self._cards = cards
+            changed = readings != self._readings
+            self._readings = readings
             listeners = list(self._listeners)
+        cards = [r.card for r in readings]
         if changed:
-            for c in cards:
-                if not c.healthy:
-                    log.warning("GPU %s (index %d) withdrawn: %s", c.uuid, c.index, c.problem)
+            for r in readings:
+                if not r.card.healthy:
+                    log.warning("GPU %s (index %d) withdrawn: %s", r.card.uuid, r.card.index, r.problem)
             for listener in listeners:
                 listener(cards)
         self._publish(cards, now)

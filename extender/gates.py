@@ -3,22 +3,26 @@
 For an uninstall (README, "Uninstall"): once the webhook is gone no new pod is gated, but pods
 gated before wait ``SchedulingGated`` until gpuslice's queue lifts the gate, and after the extender
 is gone nothing would. ``gpuslice gates`` lists them (namespace, name, product, age, scheduler);
-``--lift`` removes the gate (a JSON patch that tests the gate is still where it was read, as the
-queue does), so kube-scheduler takes them at once, outside the queue's order and entitlements.
+``--lift`` removes the gate (``packing.gate.lift_patch``, the queue's own: it tests that the pod is
+still the one listed and the gate still where it was read), so kube-scheduler takes them at once,
+outside the queue's order and entitlements.
 A pod routed to the gpuslice scheduler (spec.schedulerName, immutable) still needs that scheduler:
 lift before removing it, or delete such pods and let their controllers recreate them.
 """
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from extender.asks import MalformedPod, PodSpecError, pod_claim_refs, product_annotation, resource_asks
 from extender.cluster.kube import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
-from extender.cluster.webhook import GATE
+from packing import gate
 from packing.argtypes import dns_label, readable_file
+from packing.products import Catalog, load_catalog
 from packing.usage import CommandParser
 
 
@@ -26,33 +30,43 @@ def gated(kube: Kube, namespace: str | None) -> list[dict[str, Any]]:
     """The pods (of ``namespace``, or all) that carry the gate, oldest first."""
     path = f"/api/v1/namespaces/{q(namespace)}/pods" if namespace else "/api/v1/pods"
     items = kube.request("GET", path).get("items") or []
-    found = [p for p in items if any(g.get("name") == GATE for g in (p.get("spec") or {}).get("schedulingGates") or [])]
+    found = [p for p in items if gate.gated(p)]
     return sorted(found, key=lambda p: (p["metadata"].get("creationTimestamp") or "", p["metadata"]["name"]))
 
 
-def product_of(pod: Mapping[str, Any]) -> str:
-    """What the pod asks for, as far as its spec says (a claim is named, not resolved)."""
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        for name in ((c.get("resources") or {}).get("limits") or {}):
-            if name.startswith("gpuslice.io/"):
-                return str(name).removeprefix("gpuslice.io/")
-    annotated = ((pod.get("metadata") or {}).get("annotations") or {}).get("gpuslice.io/product")
-    if annotated:
-        return str(annotated)
-    claims = (pod.get("spec") or {}).get("resourceClaims") or []
-    return "claim " + ",".join(str(c.get("resourceClaimTemplateName") or c.get("resourceClaimName")) for c in claims) \
-        if claims else "-"
+@functools.cache
+def _built_in() -> Catalog:
+    return load_catalog()
+
+
+def product_of(pod: Mapping[str, Any], catalog: Catalog | None = None) -> str:
+    """What the pod asks for, as its spec says (read by ``extender.asks``; a claim is named, not resolved)."""
+    catalog = catalog or _built_in()
+    try:
+        asks = resource_asks(pod, catalog.resource_prefix)
+    except (MalformedPod, PodSpecError) as e:
+        return f"unreadable: {e}"
+    if asks:
+        return ",".join(f"{name.removeprefix(catalog.resource_prefix + '/')}" + (f" x{n}" if n > 1 else "")
+                        for name, n in sorted(asks.items()))
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    named = annotations.get(product_annotation(catalog)) if isinstance(annotations, Mapping) else None
+    if isinstance(named, str) and named.strip():
+        return named.strip()
+    refs = pod_claim_refs(pod)
+    if refs:
+        return "claim " + ",".join(str(r.get("resourceClaimTemplateName") or r.get("resourceClaimName")) for r in refs)
+    return "-"
 
 
 def lift(kube: Kube, pod: Mapping[str, Any]) -> None:
-    """Remove the gate; KubeError when the pod changed meanwhile (409/422: read it again)."""
-    gates = pod["spec"]["schedulingGates"]
-    index = next(i for i, g in enumerate(gates) if g.get("name") == GATE)
-    ops = [{"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
-           {"op": "remove", "path": f"/spec/schedulingGates/{index}"}]
+    """Remove the gate; KubeError when the pod changed or was re-created meanwhile (409/422: read it again)."""
+    index = gate.gate_index(pod)
+    if index is None:
+        return  # lifted meanwhile (by the queue, or another --lift)
     meta = pod["metadata"]
-    kube.request("PATCH", f"/api/v1/namespaces/{q(meta['namespace'])}/pods/{q(meta['name'])}", ops,
-                 content_type=JSON_PATCH)
+    kube.request("PATCH", f"/api/v1/namespaces/{q(meta['namespace'])}/pods/{q(meta['name'])}",
+                 gate.lift_patch(str(meta.get("uid") or ""), index), content_type=JSON_PATCH)
 
 
 def _age(pod: Mapping[str, Any], now: float) -> str:

@@ -32,7 +32,8 @@ from typing import Any
 from extender.cache import ClaimCache
 from extender.constraints import node_facts
 from extender.decide import REASON_HEAD, UNKNOWN, Code, FitNote
-from extender.inventory import Enforcement, InventoryError, NodeInventory, inventory_of_node, source_of
+from extender.inventory import Enforcement, NodeInventory, inventory_of_node, source_of
+from packing.inventory import InventoryError
 from packing.ledger import LedgerError
 from packing.products import Catalog
 

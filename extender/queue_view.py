@@ -20,9 +20,9 @@ from typing import Any
 
 from extender.cluster.kube import Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from extender.cluster.pending_writer import CONDITION
-from extender.cluster.webhook import GATE
 from extender.gates import product_of
 from packing.argtypes import dns_label, readable_file
+from packing.gate import gated
 from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways
@@ -46,10 +46,6 @@ class Waiting:
     message: str  # the condition's message without its position prefix
 
 
-def is_gated(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
-
-
 def queued_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for c in (pod.get("status") or {}).get("conditions") or []:
         if c.get("type") == CONDITION:
@@ -61,15 +57,15 @@ def waiting_of(pod: Mapping[str, Any], now: float) -> Waiting | None:
     """The pod as a row, or None when it does not wait for a slice (bound, running, never queued)."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     condition = queued_condition(pod)
-    gated = is_gated(pod)
+    waits = gated(pod)
     pending = (pod.get("status") or {}).get("phase", "Pending") == "Pending" and not spec.get("nodeName")
-    if not gated and not (pending and condition is not None):
+    if not waits and not (pending and condition is not None):
         return None
     text = str((condition or {}).get("message") or "")
     position = None
     if (m := _POSITION.match(text)) is not None:
         position, text = int(m.group(1)), text[m.end():]
-    if not gated:
+    if not waits:
         position = None  # the gate is gone: whatever the condition said, the pod left the line
     product = product_of(pod)
     if product.startswith("claim ") and (m := _PRODUCT.search(text)) is not None:
@@ -77,7 +73,7 @@ def waiting_of(pod: Mapping[str, Any], now: float) -> Waiting | None:
     since = parse_time(meta.get("creationTimestamp"))
     return Waiting(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                    position=position, product=product, reason=str((condition or {}).get("reason") or ""),
-                   status="gated" if gated else "admitted", waiting_since=str(meta.get("creationTimestamp") or ""),
+                   status="gated" if waits else "admitted", waiting_since=str(meta.get("creationTimestamp") or ""),
                    waited_s=max(0.0, now - since) if since else 0.0, message=text)
 
 

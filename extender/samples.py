@@ -11,15 +11,9 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from extender.inventory import (
-    COUNT_LABEL,
-    DEFAULT_MODEL,
-    INVENTORY_ANNOTATION,
-    MEMORY_LABEL,
-    PRODUCT_LABEL,
-    Card,
-    encode_inventory,
-)
+from extender.inventory import COUNT_LABEL, DEFAULT_MODEL, MEMORY_LABEL, PRODUCT_LABEL
+from packing.inventory import ANNOTATION as INVENTORY_ANNOTATION
+from packing.inventory import Card, encode
 
 RESOURCE_PREFIX = "gpuslice.io"
 
@@ -121,7 +115,7 @@ def gpu_node(
     annotations = {"node.alpha.kubernetes.io/ttl": "0",
                    "volumes.kubernetes.io/controller-managed-attach-detach": "true"}
     if inventory is not None:
-        annotations[INVENTORY_ANNOTATION] = encode_inventory(list(inventory))
+        annotations[INVENTORY_ANNOTATION] = encode(inventory)
     capacity = {"cpu": "96", "memory": "784Gi", "pods": "110", "ephemeral-storage": "1Ti", "nvidia.com/gpu": str(gpus)}
     return {
         "metadata": {

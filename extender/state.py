@@ -47,11 +47,12 @@ from extender.decide import (
     waiting_summary,
 )
 from extender.history.book import DemandBook
-from extender.inventory import Card, Enforcement, NodeInventory
+from extender.inventory import Enforcement, NodeInventory
 from extender.inventory_sync import InventorySync, SyncOutcome
 from extender.timing import phase
 from extender.waiting_room import WaitingRoom
 from extender.wire import BindingArgs, ExtenderArgs, FilterResult, node_name
+from packing.inventory import Card
 from packing.ledger import Allocation, Ledger, LedgerError
 from packing.node_fit import NodeFacts
 from packing.policies import DEFAULT_POLICY, Policy

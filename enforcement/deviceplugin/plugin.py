@@ -32,8 +32,8 @@ import grpc
 from enforcement.cdi import qualified
 from enforcement.deviceplugin.handoff import TokenHandoff
 from enforcement.deviceplugin.tokens import parse, preferred, tokens_of
-from enforcement.inventory import Card
 from enforcement.kubeletapi.stubs import deviceplugin_pb2, deviceplugin_pb2_grpc
+from packing.inventory import Card
 from packing.products import Catalog, Product
 
 log = logging.getLogger(__name__)

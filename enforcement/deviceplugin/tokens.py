@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from enforcement.inventory import Card
+from packing.inventory import Card
 from packing.ledger import Ledger, LedgerError
 from packing.policies import BEST_FIT
 from packing.products import MILLI_PER_GPU, Catalog, Product

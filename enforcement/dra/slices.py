@@ -16,8 +16,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from enforcement.inventory import Card
 from enforcement.kubeapi import Api, ApiError, Obj, field
+from packing.inventory import Card
 from packing.products import MILLI_PER_GPU, Catalog
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +30,7 @@ from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.threads import join, start_daemon
-from extender.cluster.webhook import GATE
+from packing.gate import gate_index, lift_patch
 from packing.queue import Admission
 
 log = logging.getLogger(__name__)
@@ -42,24 +42,6 @@ DEBOUNCE_S = 0.02  # a burst of events becomes one step
 # waits for its turn before kube-scheduler can see the pod (4 workers capped a burst near 40 pods/s)
 LIFT_WORKERS = 16
 MAX_NUDGE_BACKOFF_S = 60.0
-
-
-def gate_index(pod: Mapping[str, Any]) -> int | None:
-    """Position of our gate in ``spec.schedulingGates``; None when the pod does not carry it."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    for i, g in enumerate(gates):
-        if isinstance(g, Mapping) and g.get("name") == GATE:
-            return i
-    return None
-
-
-def lift_patch(uid: str, index: int) -> list[dict[str, Any]]:
-    """JSON patch removing our gate at ``index``, only if it is still this pod and still our gate there."""
-    return [
-        {"op": "test", "path": "/metadata/uid", "value": uid},
-        {"op": "test", "path": f"/spec/schedulingGates/{index}/name", "value": GATE},
-        {"op": "remove", "path": f"/spec/schedulingGates/{index}"},
-    ]
 
 
 def nudge_patch(node: str, now: float) -> dict[str, Any]:

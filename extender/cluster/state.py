@@ -25,9 +25,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from extender.asks import ClaimLookup, PodAsk
-from extender.inventory import Card, Enforcement
+from extender.inventory import Enforcement
 from extender.state import Binder, ExtenderState, StateConfig
 from packing.entitlements import Entitlement
+from packing.inventory import Card
 from packing.ledger import Allocation, Ledger, LedgerError
 from packing.node_fit import NodeFacts
 from packing.products import Catalog

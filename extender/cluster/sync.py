@@ -36,10 +36,11 @@ from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import PLACED, ClusterState
 from extender.cluster.threads import join, start_daemon
-from extender.cluster.webhook import GATE
-from extender.inventory import InventoryError, inventory_of_node
+from extender.inventory import inventory_of_node
 from extender.inventory_sync import SyncOutcome
 from packing.entitlements import Entitlement
+from packing.gate import gated
+from packing.inventory import InventoryError
 from packing.record import AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)
@@ -59,12 +60,6 @@ def pod_node(pod: Mapping[str, Any]) -> str:
 
 def pod_phase(pod: Mapping[str, Any]) -> str:
     return str((pod.get("status") or {}).get("phase") or "")
-
-
-def gated(pod: Mapping[str, Any]) -> bool:
-    """Does the pod still carry our scheduling gate?"""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    return any(isinstance(g, Mapping) and g.get("name") == GATE for g in gates)
 
 
 def record_of(pod: Mapping[str, Any]) -> AllocationRecord | None:

@@ -18,9 +18,10 @@ from typing import Any
 
 import orjson
 
+from packing.gate import add_patch
+
 log = logging.getLogger(__name__)
 
-GATE = "gpuslice.io/queue"
 DEFAULT_SCHEDULER = "default-scheduler"
 
 Pod = Mapping[str, Any]
@@ -37,13 +38,7 @@ def pod_patch(pod: Pod, scheduler_name: str | None, gate: bool = True) -> list[d
     keeps it (its owner chose), and is still gated.
     """
     spec = pod.get("spec") or {}
-    ops: list[dict[str, Any]] = []
-    gates = spec.get("schedulingGates")
-    if gate:
-        if not gates:
-            ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [{"name": GATE}]})
-        elif not any(isinstance(g, Mapping) and g.get("name") == GATE for g in gates):
-            ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": GATE}})
+    ops: list[dict[str, Any]] = add_patch(pod) if gate else []
     if scheduler_name and spec.get("schedulerName") in (None, "", DEFAULT_SCHEDULER):
         ops.append({"op": "add", "path": "/spec/schedulerName", "value": scheduler_name})
     return ops

@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from enforcement.inventory import ANNOTATION as INVENTORY
-from enforcement.inventory import Card
-from enforcement.inventory import encode as encode_cards
+from packing.inventory import ANNOTATION as INVENTORY
+from packing.inventory import Card
+from packing.inventory import encode as encode_cards
 from packing.record import ANNOTATION as RECORD
 from packing.record import decode as decode_record
 from tests.bench import e2e_watch
@@ -308,7 +308,7 @@ def kube_bin_dir() -> Path:
 
 
 def node_body(name: str, gpus: int) -> dict[str, Any]:
-    cards = [Card(f"GPU-{name}-{i:02d}", i, i, V100, 32768) for i in range(gpus)]
+    cards = [Card(f"GPU-{name}-{i:02d}", i, V100, 32768) for i in range(gpus)]
     labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64"}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "labels": labels, "annotations": {INVENTORY: encode_cards(cards)}}}

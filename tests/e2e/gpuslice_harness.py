@@ -40,7 +40,7 @@ from extender.certs.pki import KeyPair, issue, new_ca
 from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET
 from extender.cluster.kube import MERGE_PATCH, Kube, KubeError, q
 from extender.cluster.pending_writer import CONDITION
-from extender.cluster.webhook import GATE
+from packing.gate import gated
 from packing.record import ANNOTATION, AllocationRecord, decode
 
 from . import manifests
@@ -491,7 +491,7 @@ def queued(pod: Mapping[str, Any]) -> Obj | None:
 
 
 def is_gated(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == GATE for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+    return gated(pod)
 
 
 def events_of(kube: Kube, namespace: str, name: str) -> list[Obj]:

@@ -11,10 +11,10 @@ from kubernetes import client
 
 from extender.cluster.config import ClusterConfig
 from extender.cluster.serve import NOT_READY, ClusterRuntime, create_cluster_app
-from extender.cluster.webhook import GATE
 from extender.config import ConfigError, ExtenderConfig
 from extender.inventory import synthetic_cards
 from extender.samples import pod
+from packing.gate import GATE
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ from extender.cluster.config import ClusterConfig
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.state import ClusterState
 from extender.cluster.sync import ClusterSync, record_of
-from extender.cluster.webhook import GATE
 from extender.samples import pod
 from extender.state import StateConfig
+from packing.gate import GATE
 from packing.products import load_catalog
 from packing.record import ANNOTATION, AllocationRecord
 

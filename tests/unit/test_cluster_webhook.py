@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.webhook import GATE, ReviewError, handle, pod_patch, review
+from extender.cluster.webhook import ReviewError, handle, pod_patch, review
+from packing.gate import GATE
 
 SCHED = "gpuslice-scheduler"
 

@@ -160,10 +160,11 @@ def test_a_cordon_seen_by_the_watch_reaches_the_ledger_and_kicks_the_gate() -> N
 
 
 def test_nodes_seeded_by_name_take_pinned_pods_and_the_watch_describes_nodes() -> None:
-    from extender.inventory import UNKNOWN_FACTS, Card
+    from extender.inventory import UNKNOWN_FACTS
+    from packing.inventory import Card
 
     api, state, sync, _ = setup()
-    state.sync_node("seeded", [Card("s/gpu-0", V100, 32768)])  # no Node object: its labels unknown
+    state.sync_node("seeded", [Card("s/gpu-0", 0, V100, 32768)])  # no Node object: its labels unknown
     assert state.ledger.nodes["seeded"].facts == UNKNOWN_FACTS
     api.nodes["a1"] = pool_node("a1", "a")
     sync.rebuild()

@@ -12,10 +12,11 @@ import pytest
 from enforcement.cdi import CDI_VERSION, CdiError, SpecDir, spec_document
 from enforcement.clock import SimClock
 from enforcement.edits import EditsConfig, EditsError, slice_edits
-from enforcement.inventory import ANNOTATION, Inventory, encode, gfd_model, read_cards
+from enforcement.inventory import Inventory, gfd_model, read_cards
 from enforcement.nvml import PynvmlBackend
 from enforcement.simgpu import FakeNVML, SimGPU
 from enforcement.simnode import SimulatedCards
+from packing.inventory import ANNOTATION, encode
 from packing.record import AllocationRecord
 from tests.unit.fake_limiter import installed
 
@@ -146,7 +147,7 @@ def test_inventory_publishes_withdraws_and_retries(tmp_path: Path) -> None:
     annotator.fail = False
     inv.refresh(3.0)
     assert inv.published and [c["healthy"] for c in json.loads(annotator.values[-1])] == [False, True]
-    assert "lost" in inv.cards()[0].problem.lower()
+    assert "lost" in inv.readings()[0].problem.lower()
     assert seen == [0, 2, 1]
     assert inv.minors() == {GPU_A: 0, GPU_B: 1}
 
@@ -154,8 +155,9 @@ def test_inventory_publishes_withdraws_and_retries(tmp_path: Path) -> None:
 def test_read_cards_over_fake_nvml() -> None:
     clock = SimClock()
     fake = FakeNVML([SimGPU(0, GPU_A, "Tesla V100-SXM2-32GB")], clock)
-    cards = read_cards(PynvmlBackend(fake).open())
-    assert encode(cards) == json.dumps([{"uuid": GPU_A, "index": 0, "model": "Tesla-V100-SXM2-32GB",
+    readings = read_cards(PynvmlBackend(fake).open())
+    assert [r.minor for r in readings] == [0]
+    assert encode(r.card for r in readings) == json.dumps([{"uuid": GPU_A, "index": 0, "model": "Tesla-V100-SXM2-32GB",
                                          "memory_mib": 32768, "healthy": True}], separators=(",", ":"))
 
 

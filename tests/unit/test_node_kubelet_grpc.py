@@ -26,7 +26,6 @@ from enforcement.dra.plugin import DraDriver, DraServer
 from enforcement.dra.slices import SLICES, SlicePublisher
 from enforcement.edits import ContainerEdits, EditsConfig
 from enforcement.handoff import RecordLookup, Writer
-from enforcement.inventory import Card
 from enforcement.kubeapi import ApiError
 from enforcement.kubeletapi.stubs import (
     deviceplugin_pb2,
@@ -39,13 +38,14 @@ from enforcement.kubeletapi.stubs import (
     podresources_pb2_grpc,
 )
 from enforcement.pods import PodIndex
+from packing.inventory import Card
 from packing.products import load_catalog
 from packing.record import ANNOTATION, AllocationRecord
 from tests.unit.fake_limiter import installed
 
 NODE = "node-a"
 GPU_A, GPU_B = "GPU-aaaaaaaa-0000-4000-8000-000000000000", "GPU-bbbbbbbb-0000-4000-8000-000000000000"
-CARDS = [Card(GPU_A, 0, 0, "Tesla-V100-SXM2-32GB", 32768), Card(GPU_B, 1, 1, "Tesla-V100-SXM2-32GB", 32768)]
+CARDS = [Card(GPU_A, 0, "Tesla-V100-SXM2-32GB", 32768), Card(GPU_B, 1, "Tesla-V100-SXM2-32GB", 32768)]
 POD_UID = "11111111-2222-4333-8444-555555555555"
 CLAIM_UID = "99999999-8888-4777-8666-555555555555"
 
@@ -288,7 +288,7 @@ def test_device_plugin_registers_lists_prefers_and_allocates(
         first = next(stream)
         assert len(first.devices) == 8 and {d.health for d in first.devices} == {"Healthy"}
         # card A withdrawn: its four tokens turn Unhealthy on the open stream
-        dps.update([Card(GPU_A, 0, 0, "Tesla-V100-SXM2-32GB", 32768, healthy=False), CARDS[1]])
+        dps.update([Card(GPU_A, 0, "Tesla-V100-SXM2-32GB", 32768, healthy=False), CARDS[1]])
         second = next(stream)
         assert sorted(d.health for d in second.devices if GPU_A in d.ID) == ["Unhealthy"] * 4
         stream.cancel()
@@ -407,7 +407,7 @@ def test_resource_slice_follows_the_healthy_cards(world: dict[str, Any]) -> None
         "v100-25", "v100-50", "v100-100"}
     assert first["spec"]["pool"] == {"name": NODE, "generation": 1, "resourceSliceCount": 1}
     assert first["metadata"]["ownerReferences"][0]["uid"] == "node-uid" and slices.synced
-    slices.update([Card(GPU_A, 0, 0, "Tesla-V100-SXM2-32GB", 32768, healthy=False), CARDS[1]])
+    slices.update([Card(GPU_A, 0, "Tesla-V100-SXM2-32GB", 32768, healthy=False), CARDS[1]])
     second = api.objects[path]
     assert len(second["spec"]["devices"]) == 7 and second["spec"]["pool"]["generation"] == 2
     del api.objects[path]  # the kubelet wiped it: the next check puts it back
