@@ -21,7 +21,6 @@ internal failure, after the state has undone whatever that request changed. guni
 
 from __future__ import annotations
 
-import gc
 import ipaddress
 import json
 import logging
@@ -34,6 +33,7 @@ from werkzeug.exceptions import HTTPException
 
 from extender.asks import ClaimUnavailable, MalformedPod
 from extender.config import ConfigError, ExtenderConfig, Subject, parse_subject
+from extender.heap import settle_heap
 from extender.history.book import DemandBook
 from extender.metrics import ExtenderMetrics, watch_gc
 from extender.state import ExtenderState
@@ -346,20 +346,6 @@ def build_app(config: ExtenderConfig) -> Flask:
     from extender.standalone import build_state
 
     return create_app(build_state(config), config)
-
-
-def settle_heap() -> None:
-    """Move everything built so far (the ledger, its indexes, the fit views, cached pods) out of the GC's reach.
-
-    A full collection walks every tracked object: ~200 ms at 5 000 nodes x 8 GPUs, a pause that
-    would land on some unlucky filter. Long-lived state is collected once and frozen; objects made
-    later are collected as usual, and a frozen object no one refers to any more is still freed (by
-    its reference count; only a reference cycle among frozen objects would outlive its use). Called
-    after the state is built and, in a cluster, after every resync (measured: full collections of
-    300-750 ms were the longest pauses left in 2 000-pod bursts, ``extender/README.md``).
-    """
-    gc.collect()
-    gc.freeze()
 
 
 def app_from_env() -> Flask:

@@ -24,7 +24,7 @@ from flask import Flask
 from kubernetes import client
 from kubernetes import config as kube_config
 
-from extender.app import Handlers, HotRoutes, create_app, settle_heap
+from extender.app import Handlers, HotRoutes, create_app
 from extender.asks import ClaimUnavailable
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
@@ -40,6 +40,7 @@ from extender.cluster.sync import ClusterSync
 from extender.cluster.webhook import Pod
 from extender.cluster.webhook import handle as handle_review
 from extender.config import ConfigError, ExtenderConfig
+from extender.heap import settle_heap
 from extender.history.store import ConfigMapStore
 from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc

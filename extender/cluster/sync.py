@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.app import settle_heap
 from extender.asks import ClaimUnavailable, MalformedPod
 from extender.cluster.config import ClusterConfig
 from extender.cluster.entitlements import changes, parse_configmap
@@ -36,6 +35,7 @@ from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import PLACED, ClusterState
 from extender.cluster.threads import join, start_daemon
+from extender.heap import settle_heap
 from extender.inventory import inventory_of_node
 from extender.inventory_sync import SyncOutcome
 from packing.entitlements import Entitlement

@@ -32,9 +32,10 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
-from extender.app import Handlers, create_app, settle_heap
+from extender.app import Handlers, create_app
 from extender.client import ExtenderClient
 from extender.config import ExtenderConfig
+from extender.heap import settle_heap
 from extender.inventory import synthetic_cards
 from extender.samples import binding_args, filter_args, gpu_node, pod
 from extender.server import start_on_free_port
