@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from enforcement.pacer import PacerParams
 from packing.argtypes import non_negative_number, positive_number
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from enforcement.agent import AgentConfig
     from enforcement.freezer import FreezeController
     from enforcement.nvml import PynvmlBackend
+    from packing.kube.client import Kube
 
 log = logging.getLogger("gpuslice.agent")
 
@@ -244,15 +245,16 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.killer import PidfdKiller
     from enforcement.metrics import AgentMetrics
     from enforcement.node import start as start_node_side
-    from enforcement.pods import KubePodSource, PodIndex, PodWatch
+    from enforcement.pods import PodIndex
     from enforcement.refusals import Refusals
+    from packing.kube.informer import Informer
 
     _check_cgroup_namespace(args.proc_root)
     backend = _open_simulated(args) if args.simulated_gpus else _open_nvml(args.nvml_deadline)
     if backend is None:
         return 1
     try:
-        core = _kube_client(args.kubeconfig)
+        kube = _kube_client(args.kubeconfig)
     except _NoCluster as e:
         backend.close()
         print(f"gpuslice agent: cannot reach the API server: {e}", file=sys.stderr)
@@ -260,13 +262,14 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     if stop.is_set():
         backend.close()
         return 0
-    events = KubeEventSink(core, args.node_name)
+    events = KubeEventSink(kube, args.node_name)
     refusals = Refusals(args.node_name, events)
     index = PodIndex(args.node_name, refusals)
-    watch = PodWatch(KubePodSource(core, args.node_name), index)
-    threading.Thread(target=watch.run, args=(stop,), name="gpuslice-pods", daemon=True).start()
+    watch = Informer("pods", kube, "/api/v1/pods", index.apply,
+                     selectors={"fieldSelector": f"spec.nodeName={args.node_name}"})
+    watch.start()  # lists, then watches; relists after 410 Gone or a broken stream, and tells the drift
     try:
-        node_side = start_node_side(args, backend, index, core.api_client, stop, events)
+        node_side = start_node_side(args, backend, index, kube, stop, events)
     except Exception as e:  # the watchdog runs regardless: a node without hand-off says so, loudly
         log.error("kubelet plugins not started (%s): containers on this node get no slice hand-off", e)
         node_side = None
@@ -289,6 +292,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     except OSError as e:
         if node_side is not None:
             node_side.close()
+        watch.stop(1.0)
         events.close()
         backend.close()
         print(f"gpuslice agent: cannot serve /healthz and /metrics on {host}:{port}: {e}", file=sys.stderr)
@@ -326,6 +330,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     finally:
         guard.close()
         endpoints.close()
+        watch.stop(1.0)
         events.close()
         if node_side is not None:
             node_side.close()
@@ -359,16 +364,11 @@ class _NoCluster(Exception):
     pass
 
 
-def _kube_client(kubeconfig: str | None) -> Any:
+def _kube_client(kubeconfig: str | None) -> Kube:
     try:
-        from kubernetes import client
-        from kubernetes import config as kube_config
+        from packing.kube.client import connect
 
-        if kubeconfig:
-            kube_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-        else:
-            kube_config.load_incluster_config()  # type: ignore[no-untyped-call]
-        return client.CoreV1Api()
+        return connect(kubeconfig)
     except Exception as e:  # the client raises several unrelated types for "no usable config"
         raise _NoCluster(str(e)) from e
 

@@ -1,19 +1,16 @@
-"""Kubernetes Events on the pod when the agent acts on it (a kill), through an injectable sink.
+"""Warning Events on a pod when the agent acts on it (a kill, a refused record), through an injectable sink.
 
-Posting to the API server can block, so :class:`KubeEventSink` hands events to a worker thread:
-the watchdog's loop never waits on the network.
+Posting to the API server can block, so :class:`KubeEventSink` hands events to the substrate's
+``EventWriter`` worker thread (``packing.kube.events``): the watchdog's loop never waits on the network.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import logging
-import queue
-import threading
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
-log = logging.getLogger(__name__)
+from packing.kube.client import Kube
+from packing.kube.events import EventWriter, PodEvent
 
 COMPONENT = "gpuslice-agent"
 
@@ -40,21 +37,9 @@ class Pod:
     pod_uid: str
 
 
-@dataclass(frozen=True, slots=True)
-class PodEvent:
-    """A Warning/Normal event about one pod."""
-
-    namespace: str
-    pod: str
-    pod_uid: str
-    reason: str
-    message: str
-    type: str = "Warning"
-
-    @staticmethod
-    def about(pod: PodRef, reason: str, message: str) -> PodEvent:
-        """A Warning event on ``pod``."""
-        return PodEvent(pod.namespace, pod.pod, pod.pod_uid, reason, message)
+def warning(pod: PodRef, reason: str, message: str) -> PodEvent:
+    """A Warning event on ``pod``."""
+    return PodEvent(pod.namespace, pod.pod, pod.pod_uid, reason, message, "Warning")
 
 
 class EventSink(Protocol):
@@ -68,58 +53,22 @@ class RecordingEventSink:
         self.events: list[PodEvent] = []
 
     def emit(self, pod: PodRef, reason: str, message: str) -> None:
-        self.events.append(PodEvent.about(pod, reason, message))
+        self.events.append(warning(pod, reason, message))
 
 
 class KubeEventSink:
-    """Creates core/v1 Events through CoreV1Api on a background thread (bounded queue, drops when full)."""
+    """Creates the Events on a background thread (bounded queue, drops when full)."""
 
-    def __init__(self, core_v1: Any, node_name: str, max_pending: int = 256) -> None:
-        self.api = core_v1
-        self.node_name = node_name
-        self.dropped = 0
-        self._queue: queue.Queue[PodEvent | None] = queue.Queue(maxsize=max_pending)
-        self._thread = threading.Thread(target=self._run, name="gpuslice-events", daemon=True)
-        self._thread.start()
+    def __init__(self, kube: Kube, node_name: str, max_pending: int = 256) -> None:
+        self.writer = EventWriter(kube, COMPONENT, node_name, max_pending)
+
+    @property
+    def dropped(self) -> int:
+        return self.writer.dropped  # the act itself is counted in metrics; an event is best effort
 
     def emit(self, pod: PodRef, reason: str, message: str) -> None:
-        try:
-            self._queue.put_nowait(PodEvent.about(pod, reason, message))
-        except queue.Full:
-            self.dropped += 1  # the kill itself is counted in metrics; an event is best effort
+        self.writer.emit(warning(pod, reason, message))
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Flush what is queued (up to ``timeout_s``) and stop the worker."""
-        try:
-            self._queue.put(None, timeout=timeout_s)
-        except queue.Full:
-            return
-        self._thread.join(timeout_s)
-
-    def _run(self) -> None:
-        from kubernetes import client
-
-        while True:
-            event = self._queue.get()
-            if event is None:
-                return
-            now = dt.datetime.now(dt.UTC)
-            body = client.CoreV1Event(
-                metadata=client.V1ObjectMeta(generate_name=f"{event.pod}.", namespace=event.namespace),
-                involved_object=client.V1ObjectReference(
-                    kind="Pod", api_version="v1", name=event.pod, namespace=event.namespace, uid=event.pod_uid
-                ),
-                reason=event.reason,
-                message=event.message[:1024],
-                type=event.type,
-                source=client.V1EventSource(component=COMPONENT, host=self.node_name),
-                reporting_component=COMPONENT,
-                reporting_instance=self.node_name,
-                first_timestamp=now,
-                last_timestamp=now,
-                count=1,
-            )
-            try:
-                self.api.create_namespaced_event(event.namespace, body)
-            except Exception as e:  # an unreachable API server must not stop enforcement
-                log.warning("could not post event %s on %s/%s: %s", event.reason, event.namespace, event.pod, e)
+        self.writer.close(timeout_s)

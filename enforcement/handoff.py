@@ -20,10 +20,11 @@ from enforcement.cdi import POD_UID_ANNOTATION, SpecDir, qualified, spec_mounts
 from enforcement.cgroups import canonical_uid
 from enforcement.edits import EditsConfig, EditsError, slice_edits
 from enforcement.events import EventSink
-from enforcement.kubeapi import Api, ApiError, field
 from enforcement.limiter import CONTAINER_STATE_DIR, LimiterMode
 from enforcement.limiterhost import make_state_dir, release_state_dir, state_dirs
 from enforcement.pods import ManagedPod, PodIndex
+from packing.kube.client import Kube, KubeError
+from packing.kube.objects import field
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Handoff:
 class RecordLookup:
     """Allocation records by pod: from the node's pod watch, else read from the API (watch lag)."""
 
-    def __init__(self, index: PodIndex, api: Api | None) -> None:
+    def __init__(self, index: PodIndex, api: Kube | None) -> None:
         self.index = index
         self.api = api
 
@@ -56,7 +57,7 @@ class RecordLookup:
             return None
         try:
             pod = self.api.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
-        except ApiError as e:
+        except KubeError as e:
             raise HandoffError(f"cannot read pod {namespace}/{name}: {e}") from e
         if pod is None:
             return None

@@ -17,10 +17,11 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from enforcement.nvml import GpuDevice, NvmlError
 from packing.inventory import ANNOTATION, Card, encode
+from packing.kube.client import Kube
 
 log = logging.getLogger(__name__)
 
@@ -78,14 +79,14 @@ class NodeAnnotator(Protocol):
 
 
 class KubeNodeAnnotator:
-    """NodeAnnotator through the kubernetes client's CoreV1Api (merge patch of metadata only)."""
+    """NodeAnnotator through the API (a merge patch of the Node's annotations only)."""
 
-    def __init__(self, core_v1: Any, node_name: str) -> None:
-        self.api = core_v1
+    def __init__(self, kube: Kube, node_name: str) -> None:
+        self.kube = kube
         self.node_name = node_name
 
     def annotate(self, key: str, value: str) -> None:
-        self.api.patch_node(self.node_name, {"metadata": {"annotations": {key: value}}})
+        self.kube.annotate_node(self.node_name, {key: value})
 
 
 Listener = Callable[[list[Card]], None]

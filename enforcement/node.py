@@ -30,12 +30,12 @@ from enforcement.edits import EditsConfig
 from enforcement.events import EventSink
 from enforcement.handoff import RecordLookup, Writer
 from enforcement.inventory import CardSource, Inventory, KubeNodeAnnotator
-from enforcement.kubeapi import KubeApi
 from enforcement.limiter import LimiterHost, LimiterMode
 from enforcement.limiterhost import NodeLimiter, install
 from enforcement.pods import PodIndex
 from enforcement.simnode import simulated_gpus
 from packing.argtypes import positive_number
+from packing.kube.client import Kube
 from packing.products import load_catalog
 
 log = logging.getLogger(__name__)
@@ -169,15 +169,12 @@ def node_limiter(args: argparse.Namespace) -> NodeLimiter:
     return limiter
 
 
-def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api_client: Any,
+def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api: Kube,
           stop: threading.Event, events: EventSink | None = None) -> NodeSide:
     """Start the node side for ``args.node_name`` (see the module docstring); ``stop`` ends it.
     ``events`` receives the pods' hand-off warnings (a hand-off without the in-container limiter)."""
-    from kubernetes import client
-
     catalog = load_catalog(args.catalog)
-    api = KubeApi(api_client)
-    inventory = Inventory(source, KubeNodeAnnotator(client.CoreV1Api(api_client), args.node_name))
+    inventory = Inventory(source, KubeNodeAnnotator(api, args.node_name))
     inventory.refresh(time.monotonic())  # the first publication before anything is offered
     side = NodeSide(inventory, stop)
     lookup = RecordLookup(index, api)

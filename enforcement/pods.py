@@ -1,7 +1,8 @@
 """Pod -> slice: the allocation records of the pods on this node, kept current by a pod watch.
 
 The extender writes the allocation record (``packing.record``) on the pod before it binds it, so a
-node-scoped pod watch (``spec.nodeName=<node>``) is all the agent needs to know which pod holds
+node-scoped pod watch (``packing.kube.informer.Informer`` with ``fieldSelector=spec.nodeName=<node>``,
+feeding :meth:`PodIndex.apply`) is all the agent needs to know which pod holds
 which slice on which GPU. A pod is managed only if it carries the record the extender wrote for it
 on this node (``packing.record.record_of_pod``: its claim is the pod's own uid, its node this one);
 a pod without one is never touched, and a pod with a record it may not use (a copy of another pod's,
@@ -9,22 +10,23 @@ another node's, a broken one) is refused and told why (``enforcement.refusals``)
 Identity is always by pod UID (from the cgroup path), never by request size or order.
 
 A slice belongs to the pod (the record is per pod): all of the pod's containers on that GPU share
-its memory cap and its compute share. The :class:`PodSource` protocol hides the API server, so
-tests and the simulation feed pods from memory.
+its memory cap and its compute share. Tests and the simulation feed the index pods from memory
+(:meth:`PodIndex.replace`).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from typing import Any
 
 from enforcement.cgroups import canonical_uid
 from enforcement.events import Pod
 from enforcement.refusals import Refusals
+from packing.kube.objects import field
 from packing.products import MILLI_PER_GPU
 from packing.record import AllocationRecord, RecordRefused, record_of_pod
 
@@ -69,7 +71,7 @@ class ManagedPod:
     namespace: str
     name: str
     record: AllocationRecord
-    containers: Mapping[str, str] = field(default_factory=dict)  # container id -> container name
+    containers: Mapping[str, str] = dataclass_field(default_factory=dict)  # container id -> container name
 
     def holder(self, gpu: str) -> SliceHolder | None:
         """The pod's slice on ``gpu``, or None if its record does not name that GPU."""
@@ -87,21 +89,12 @@ class ManagedPod:
         )
 
 
-def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
-    cur: Any = obj
-    for key in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(key)
-    return cur
-
-
 def container_ids(pod: Mapping[str, Any]) -> dict[str, str]:
     """Container ID (runtime prefix such as ``containerd://`` removed) -> container name."""
     out: dict[str, str] = {}
     for key in ("containerStatuses", "initContainerStatuses", "ephemeralContainerStatuses"):
-        for status in _get(pod, "status", key) or []:
-            cid, name = _get(status, "containerID"), _get(status, "name")
+        for status in field(pod, "status", key) or []:
+            cid, name = field(status, "containerID"), field(status, "name")
             if isinstance(cid, str) and cid:
                 out[cid.rsplit("://", 1)[-1].lower()] = name if isinstance(name, str) else ""
     return out
@@ -118,10 +111,10 @@ class PodIndex:
         self._lock = threading.Lock()
 
     def _parse(self, pod: Mapping[str, Any]) -> tuple[str, ManagedPod | None, RecordRefused | None]:
-        uid = _get(pod, "metadata", "uid")
+        uid = field(pod, "metadata", "uid")
         if not isinstance(uid, str) or not uid:
             return "", None, None
-        if _get(pod, "status", "phase") in _ENDED_PHASES:
+        if field(pod, "status", "phase") in _ENDED_PHASES:
             return canonical_uid(uid), None, None
         try:
             record = record_of_pod(pod, self.node_name)
@@ -130,8 +123,8 @@ class PodIndex:
         if record is None:
             return canonical_uid(uid), None, None
         uid = canonical_uid(uid)
-        namespace = _get(pod, "metadata", "namespace") or "default"
-        name = _get(pod, "metadata", "name") or uid
+        namespace = field(pod, "metadata", "namespace") or "default"
+        name = field(pod, "metadata", "name") or uid
         return uid, ManagedPod(uid, str(namespace), str(name), record, container_ids(pod)), None
 
     def _put(self, uid: str, managed: ManagedPod | None, problem: RecordRefused | None) -> None:
@@ -210,130 +203,5 @@ class PodIndex:
 
 def pod_ref(pod: Mapping[str, Any], uid: str) -> Pod:
     """The pod object as an event's subject."""
-    return Pod(str(_get(pod, "metadata", "namespace") or "default"), str(_get(pod, "metadata", "name") or uid),
-               str(_get(pod, "metadata", "uid") or uid))
-
-
-class WatchExpired(Exception):
-    """The watch's resource version is too old (HTTP 410 Gone): list again."""
-
-
-class PodSource(Protocol):
-    """Pods as API JSON dicts: a full list with its resource version, and a watch from one."""
-
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]: ...
-
-    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]: ...
-
-
-class StaticPodSource:
-    """An in-memory pod source for tests and the simulation: ``publish`` queues watch events."""
-
-    def __init__(self, pods: Iterable[dict[str, Any]] = ()) -> None:
-        self._pods: dict[str, dict[str, Any]] = {}
-        self._events: list[tuple[str, dict[str, Any]]] = []
-        self._version = 0
-        for pod in pods:
-            self.publish("ADDED", pod)
-        self._events.clear()
-
-    def publish(self, kind: str, pod: dict[str, Any]) -> None:
-        """Record a change: the next list shows it, and pending watches yield it."""
-        self._version += 1
-        uid = str(_get(pod, "metadata", "uid"))
-        if kind == "DELETED":
-            self._pods.pop(uid, None)
-        else:
-            self._pods[uid] = pod
-        self._events.append((kind, pod))
-
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        self._events.clear()
-        return [json.loads(json.dumps(p)) for p in self._pods.values()], str(self._version)
-
-    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        events, self._events = self._events, []
-        yield from events
-
-
-class KubePodSource:
-    """Pods on one node from the API server, through the kubernetes client's CoreV1Api."""
-
-    def __init__(self, core_v1: Any, node_name: str) -> None:
-        self.api = core_v1
-        self.selector = f"spec.nodeName={node_name}"
-
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        resp = self.api.list_pod_for_all_namespaces(field_selector=self.selector, _preload_content=False)
-        doc = json.loads(resp.data)
-        return list(doc.get("items", [])), str(_get(doc, "metadata", "resourceVersion") or "")
-
-    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        from kubernetes import watch
-        from kubernetes.client.exceptions import ApiException
-
-        stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-            self.api.list_pod_for_all_namespaces,
-            field_selector=self.selector,
-            resource_version=resource_version,
-            timeout_seconds=timeout_s,
-            allow_watch_bookmarks=True,
-        )
-        try:
-            for event in stream:
-                kind, raw = event.get("type"), event.get("raw_object") or {}
-                if kind == "ERROR":
-                    if _get(raw, "code") == 410:
-                        raise WatchExpired(str(_get(raw, "message")))
-                    raise RuntimeError(f"pod watch error: {raw}")
-                yield str(kind), raw
-        except ApiException as e:
-            if e.status == 410:
-                raise WatchExpired(str(e.reason)) from e
-            raise
-
-
-class PodWatch:
-    """Keeps a PodIndex current from a PodSource: list, then watch; relist on expiry or error."""
-
-    def __init__(self, source: PodSource, index: PodIndex, watch_timeout_s: int = 300, backoff_s: float = 2.0) -> None:
-        self.source = source
-        self.index = index
-        self.watch_timeout_s = watch_timeout_s
-        self.backoff_s = backoff_s
-        self.synced = threading.Event()
-        self.relists = 0
-        self.errors = 0
-
-    def sync(self) -> str:
-        """List all pods of the node into the index; returns the list's resource version."""
-        pods, version = self.source.list_pods()
-        self.index.replace(pods)
-        self.relists += 1
-        self.synced.set()
-        return version
-
-    def pump(self, resource_version: str) -> str:
-        """Apply one watch's events (until it ends); returns the last resource version seen."""
-        for kind, pod in self.source.watch_pods(resource_version, self.watch_timeout_s):
-            if kind != "BOOKMARK":
-                self.index.apply(kind, pod)
-            resource_version = str(_get(pod, "metadata", "resourceVersion") or resource_version)
-        return resource_version
-
-    def run(self, stop: threading.Event) -> None:
-        """Watch until ``stop`` is set (run it in a thread)."""
-        version: str | None = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    version = self.sync()
-                version = self.pump(version)
-                stop.wait(0.2)  # a watch that ended quietly is simply restarted, not spun on
-            except WatchExpired:
-                version = None
-            except Exception as e:  # the API server is away: keep enforcing what we know, retry later
-                self.errors += 1
-                log.warning("pod watch failed: %s; relisting in %.0f s", e, self.backoff_s)
-                version = None
-                stop.wait(self.backoff_s)
+    return Pod(str(field(pod, "metadata", "namespace") or "default"), str(field(pod, "metadata", "name") or uid),
+               str(field(pod, "metadata", "uid") or uid))

@@ -24,7 +24,7 @@ from enforcement.events import RecordingEventSink
 from enforcement.freezer import CgroupFreezer, FreezeController, FreezeJournal
 from enforcement.nvml import PynvmlBackend
 from enforcement.pacer import PacerParams, waterfill
-from enforcement.pods import PodIndex, PodWatch, StaticPodSource
+from enforcement.pods import PodIndex
 from enforcement.simgpu import GIB, FakeNVML, Fault, SimGPU, Steps, Workload
 from enforcement.simhost import SimContainer, SimNode
 from packing.products import Catalog, load_catalog
@@ -139,7 +139,7 @@ class Simulation:
     def new_agent(self) -> Agent:
         """A fresh agent process on this node (as after a crash-restart): own caches, same journal."""
         index = PodIndex(self.config.node_name)
-        PodWatch(StaticPodSource(self.node.pods), index).sync()
+        index.replace(self.node.pods)
         return Agent(
             self.config,
             PynvmlBackend(self.nvml).open(),

@@ -19,9 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from extender.asks import MalformedPod, PodSpecError, pod_claim_refs, product_annotation, resource_asks
-from extender.cluster.kube import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from packing import gate
 from packing.argtypes import dns_label, readable_file
+from packing.kube.client import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from packing.products import Catalog, load_catalog
 from packing.usage import CommandParser
 

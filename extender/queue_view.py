@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.cluster.kube import Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from extender.cluster.pending_writer import CONDITION
 from extender.gates import product_of
 from packing.argtypes import dns_label, readable_file
 from packing.gate import gated
+from packing.kube.client import Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways

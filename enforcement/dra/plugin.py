@@ -28,13 +28,14 @@ import grpc
 from enforcement.dra.checkpoint import Checkpoint, PreparedClaim, PreparedDevice
 from enforcement.dra.slices import DRIVER
 from enforcement.handoff import HandoffError, RecordLookup, Writer, claim_reserved_pod
-from enforcement.kubeapi import Api, ApiError, field
 from enforcement.kubeletapi.stubs import (
     dra_pb2,
     dra_pb2_grpc,
     pluginregistration_pb2,
     pluginregistration_pb2_grpc,
 )
+from packing.kube.client import Kube, KubeError
+from packing.kube.objects import field
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +49,7 @@ def claim_device(claim_uid: str) -> str:
 class DraDriver:
     """Prepare and unprepare claims (the logic; :class:`DraServer` puts it on gRPC)."""
 
-    def __init__(self, api: Api, lookup: RecordLookup, writer: Writer, checkpoint: Checkpoint, node: str) -> None:
+    def __init__(self, api: Kube, lookup: RecordLookup, writer: Writer, checkpoint: Checkpoint, node: str) -> None:
         self.api = api
         self.lookup = lookup
         self.writer = writer
@@ -96,7 +97,7 @@ class DraDriver:
     def _claim(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
         try:
             claim = self.api.get(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims/{name}")
-        except ApiError as e:
+        except KubeError as e:
             raise HandoffError(f"cannot read ResourceClaim {namespace}/{name}: {e}") from e
         if claim is None:
             raise HandoffError(f"ResourceClaim {namespace}/{name} does not exist")

@@ -16,8 +16,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from enforcement.kubeapi import Api, ApiError, Obj, field
 from packing.inventory import Card
+from packing.kube.client import Kube, KubeError, Obj
+from packing.kube.objects import field
 from packing.products import MILLI_PER_GPU, Catalog
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class SlicePublisher:
     it when someone deleted it (the kubelet wipes a driver's slices when its plugin goes away).
     """
 
-    def __init__(self, api: Api, node: str, catalog: Catalog) -> None:
+    def __init__(self, api: Kube, node: str, catalog: Catalog) -> None:
         self.api = api
         self.node = node
         self.catalog = catalog
@@ -108,7 +109,7 @@ class SlicePublisher:
                 log.error("the API server serves no %s: the DRA path is off on this cluster (Kubernetes "
                           "1.34+ needed); extended resources and annotations still work", SLICES)
                 return
-            except ApiError as e:
+            except KubeError as e:
                 self.errors += 1
                 self.last_error = str(e)
                 self.synced = False
@@ -120,8 +121,8 @@ class SlicePublisher:
         if current is None:
             node = self.api.get(f"/api/v1/nodes/{self.node}")
             try:
-                self.api.create(SLICES, resource_slice(self.node, field(node, "metadata", "uid"), devices, 1))
-            except ApiError as e:
+                self.api.request("POST", SLICES, resource_slice(self.node, field(node, "metadata", "uid"), devices, 1))
+            except KubeError as e:
                 if e.status == 404:  # a POST to the collection itself found nothing: the API is not served
                     raise _NotServed() from e
                 raise
@@ -133,7 +134,7 @@ class SlicePublisher:
         meta: Any = current.get("metadata") or {}
         obj = resource_slice(self.node, None, devices, generation)
         obj["metadata"] = {**meta, "name": slice_name(self.node)}
-        self.api.replace(path, obj)
+        self.api.request("PUT", path, obj)
         log.info("ResourceSlice %s: %d token devices (generation %d)", slice_name(self.node), len(devices), generation)
 
     def run(self, stop: threading.Event, every_s: float) -> None:

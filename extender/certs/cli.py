@@ -30,7 +30,6 @@ from extender.certs.plan import (
     PlanError,
     plan,
 )
-from extender.cluster.kube import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
 from packing.argtypes import (
     dns_label,
     dns_subdomain,
@@ -40,6 +39,7 @@ from packing.argtypes import (
     positive_int,
     readable_file,
 )
+from packing.kube.client import JSON_PATCH, STRATEGIC_PATCH, Kube, KubeError, operator_kube, q
 from packing.usage import CommandParser
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"  # what `kubectl rollout restart` sets

@@ -20,9 +20,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.cluster.kube import Kube, KubeError
 from extender.state import BindError
 from extender.wire import BindingArgs
+from packing.kube.client import Kube, KubeError
 from packing.record import ANNOTATION, AllocationRecord
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from extender.asks import ClaimUnavailable, pod_claim_refs
-from extender.cluster.kube import KubeError
+from packing.kube.client import KubeError
 from packing.products import Catalog, RequestError
 
 Obj = dict[str, Any]

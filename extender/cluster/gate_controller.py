@@ -25,12 +25,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from extender.cluster.kube import JSON_PATCH, MERGE_PATCH, Kube, KubeError
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.threads import join, start_daemon
 from packing.gate import gate_index, lift_patch
+from packing.kube.client import JSON_PATCH, MERGE_PATCH, Kube, KubeError
 from packing.queue import Admission
 
 log = logging.getLogger(__name__)

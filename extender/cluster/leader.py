@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.cluster.kube import Kube, KubeError, parse_time, q
 from extender.cluster.threads import join, start_daemon
+from packing.kube.client import Kube, KubeError, parse_time, q
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from packing.kube.client import MERGE_PATCH, Kube, KubeError
 
 log = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from extender.cluster.kube import STRATEGIC_PATCH, Kube, KubeError
 from extender.cluster.threads import join, start_daemon
+from packing.kube.client import STRATEGIC_PATCH, Kube, KubeError
+from packing.kube.events import EventWriter, PodEvent, timestamp
 from packing.queue import Explanation
 
 log = logging.getLogger(__name__)
@@ -106,10 +106,6 @@ class PendingNotifier:
         return len(self._last)
 
 
-def timestamp(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition_patch(notice: Notice, now: float) -> Obj:
     """A strategic merge patch of the pod status setting our condition (merge key: type)."""
     return {"status": {"conditions": [{
@@ -121,28 +117,11 @@ def condition_patch(notice: Notice, now: float) -> Obj:
     }]}}
 
 
-def event(pod: Mapping[str, Any], notice: Notice, now: float, kind: str = "Normal") -> Obj:
-    """A core/v1 Event about ``pod`` telling ``notice``."""
+def pod_event(pod: Mapping[str, Any], notice: Notice, kind: str = "Normal") -> PodEvent:
+    """The Event about ``pod`` telling ``notice``."""
     meta = pod.get("metadata") or {}
-    name = meta.get("name", "")
-    namespace = meta.get("namespace") or "default"
-    ts = timestamp(now)
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"name": f"{name}.gpuslice.{int(now * 1e6):x}", "namespace": namespace},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": name, "namespace": namespace,
-                           "uid": meta.get("uid", "")},
-        "reason": notice.reason,
-        "message": notice.text(),
-        "type": kind,
-        "source": {"component": COMPONENT},
-        "reportingComponent": COMPONENT,
-        "reportingInstance": COMPONENT,
-        "firstTimestamp": ts,
-        "lastTimestamp": ts,
-        "count": 1,
-    }
+    return PodEvent(str(meta.get("namespace") or "default"), str(meta.get("name") or ""), str(meta.get("uid") or ""),
+                    notice.reason, notice.text(), kind)
 
 
 class PendingReporter:
@@ -159,6 +138,7 @@ class PendingReporter:
         notice_after_s: float = NOTICE_AFTER_S,
     ) -> None:
         self.kube = kube
+        self.events = EventWriter(kube, COMPONENT, clock=clock)
         self.notice_after_s = notice_after_s  # a pod that has waited less is not told yet
         self.allocated_events = allocated_events  # "all": an Allocated Event for every bound pod
         self.lookup = lookup  # pod uid -> the pod as last seen (None when gone)
@@ -231,7 +211,7 @@ class PendingReporter:
         for bound, notice, kind in events:
             who = bound.get("metadata") or {}
             try:
-                self.kube.create_event(who.get("namespace") or "default", event(bound, notice, self.clock(), kind))
+                self.events.write(pod_event(bound, notice, kind))
                 writes += 1
                 self._count("event")
             except KubeError as e:
@@ -255,7 +235,7 @@ class PendingReporter:
                     self._count("condition")
                 if due.event:
                     kind = "Warning" if notice.reason == REFUSED else "Normal"
-                    self.kube.create_event(namespace, event(pod, notice, now, kind))
+                    self.events.write(pod_event(pod, notice, kind), now)
                     writes += 1
                     self._count("event")
             except KubeError as e:

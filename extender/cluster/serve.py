@@ -22,7 +22,6 @@ from typing import Any
 
 from flask import Flask
 from kubernetes import client
-from kubernetes import config as kube_config
 
 from extender.app import Handlers, HotRoutes, create_app
 from extender.asks import ClaimUnavailable
@@ -30,7 +29,6 @@ from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
 from extender.cluster.gate_controller import LIFT_WORKERS, GateController
-from extender.cluster.kube import Kube
 from extender.cluster.leader import LeaderElector
 from extender.cluster.leader_label import LeaderLabel
 from extender.cluster.metrics import ClusterMetrics
@@ -46,6 +44,7 @@ from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
 from extender.timing import Phases, measuring
 from extender.wire import BindingArgs, FilterResult, binding_result
+from packing.kube.client import Kube, connect
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord
 
@@ -56,19 +55,6 @@ NOT_READY = "gpuslice is not ready (rebuilding its ledger from the API, or a sta
 
 # connections beyond the binds and the lifts: three watches, the reporter, leader election, the resync
 OTHER_API_CONNECTIONS = 8
-
-
-def api_client(kubeconfig: str, connections: int) -> client.ApiClient:
-    """A client for ``kubeconfig``, or for the pod's service account when it is empty, keeping up to
-    ``connections`` connections open: every thread that calls the API at once needs one, or the pool
-    opens (and then drops) a new one, a TLS handshake on both sides each time."""
-    configuration = client.Configuration()
-    if kubeconfig:
-        kube_config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)  # type: ignore[no-untyped-call]
-    else:
-        kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    configuration.connection_pool_maxsize = connections
-    return client.ApiClient(configuration)
 
 
 @dataclass
@@ -99,7 +85,7 @@ class ClusterRuntime:
         self.cluster = cluster
         self.catalog = catalog or load_catalog(config.catalog or None)
         connections = config.bind_threads + LIFT_WORKERS + OTHER_API_CONNECTIONS
-        self.kube = Kube(api if api is not None else api_client(cluster.kubeconfig, connections))
+        self.kube = Kube(api) if api is not None else connect(cluster.kubeconfig, connections)
         self.binder = ClusterBinder(self.kube, may_write=lambda: self.state.ready)
         self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
         self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)

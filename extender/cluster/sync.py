@@ -29,8 +29,6 @@ from typing import Any
 from extender.asks import ClaimUnavailable, MalformedPod
 from extender.cluster.config import ClusterConfig
 from extender.cluster.entitlements import changes, parse_configmap
-from extender.cluster.informer import Informer
-from extender.cluster.kube import Kube, KubeError, parse_time, q
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import PLACED, ClusterState
@@ -41,6 +39,8 @@ from extender.inventory_sync import SyncOutcome
 from packing.entitlements import Entitlement
 from packing.gate import gated
 from packing.inventory import InventoryError
+from packing.kube.client import Kube, KubeError, parse_time, q
+from packing.kube.informer import Informer
 from packing.record import AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)

@@ -39,9 +39,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.kube import Kube, KubeError, q
 from extender.history.book import DemandBook
 from packing.demand import DemandError, DemandRow, parse_row
+from packing.kube.client import Kube, KubeError, q
 
 log = logging.getLogger(__name__)
 

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 import orjson
-import urllib3
 
-if TYPE_CHECKING:  # the kubernetes client package takes a second to import: only where a client is made
+if TYPE_CHECKING:  # the kubernetes client (and urllib3) take a second to import: only where one is used
+    import urllib3
     from kubernetes import client
 
 Obj = dict[str, Any]
+T = TypeVar("T")
 
 JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
@@ -188,22 +189,76 @@ def connect(kubeconfig: str | None = None, connections: int | None = None) -> Ku
     return Kube(client.ApiClient(configuration))
 
 
+SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _kubeconfig_path(kubeconfig: str) -> str | None:
+    """The kubeconfig an operator's command reads as kubectl picks it; None: the pod's service account.
+    ConfigException when there is neither, in words a user can act on."""
+    from kubernetes import config as kube_config
+
+    named = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    path = kubeconfig or named or os.path.expanduser("~/.kube/config")
+    if kubeconfig or os.path.exists(path):
+        return path
+    if "KUBERNETES_SERVICE_HOST" in os.environ:
+        return None
+    where = f"$KUBECONFIG names {named}, which does not exist" if named else \
+        "$KUBECONFIG is not set and ~/.kube/config does not exist"
+    raise kube_config.ConfigException(f"no kubeconfig ({where}) and not in a pod: give --kubeconfig FILE")
+
+
+def _kubeconfig_call(path: str, call: Callable[[], T]) -> T:
+    """``call()`` reading the kubeconfig ``path``; whatever it raises (the client raises YAML, type and key
+    errors for a malformed file) as one ConfigException line naming the file."""
+    from kubernetes import config as kube_config
+
+    try:
+        return call()
+    except kube_config.ConfigException as e:
+        raise kube_config.ConfigException(f"kubeconfig {path}: {' '.join(str(e).split())}") from e
+    except OSError as e:
+        raise kube_config.ConfigException(f"cannot read kubeconfig {path}: {e.strerror or e}") from e
+    except Exception as e:
+        raise kube_config.ConfigException(f"kubeconfig {path} is malformed ({type(e).__name__}: "
+                                          f"{' '.join(str(e).split())[:300]})") from e
+
+
 def operator_kube(kubeconfig: str = "") -> Kube:
     """A Kube for an operator's command: ``kubeconfig``, else $KUBECONFIG or ~/.kube/config when it
-    exists, else the pod's service account (a Job). ConfigException or OSError when none works."""
+    exists, else the pod's service account (a Job). ConfigException (one line) when none works."""
     from kubernetes import client
     from kubernetes import config as kube_config
 
     configuration = client.Configuration()
-    path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or os.path.expanduser("~/.kube/config")
-    if kubeconfig or os.path.exists(path):
-        kube_config.load_kube_config(config_file=path, client_configuration=configuration)  # type: ignore[no-untyped-call]
+    path = _kubeconfig_path(kubeconfig)
+    if path is not None:
+        _kubeconfig_call(path, lambda: kube_config.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=path, client_configuration=configuration))
     else:
         kube_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return Kube(client.ApiClient(configuration))
 
 
+def current_namespace(kubeconfig: str = "") -> str:
+    """kubectl's default namespace: the kubeconfig context's, else the pod's service account's, else default."""
+    from kubernetes import config as kube_config
+
+    path = _kubeconfig_path(kubeconfig)
+    if path is not None:
+        _, context = _kubeconfig_call(path, lambda: kube_config.list_kube_config_contexts(  # type: ignore[no-untyped-call]
+            config_file=path))
+        return str(((context or {}).get("context") or {}).get("namespace") or "default")
+    try:
+        with open(SERVICE_ACCOUNT_NAMESPACE, encoding="utf-8") as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
 def _timeout(timeout: float | tuple[float, float]) -> urllib3.Timeout:
+    import urllib3
+
     if isinstance(timeout, tuple):
         return urllib3.Timeout(connect=timeout[0], read=timeout[1])
     return urllib3.Timeout(total=timeout)

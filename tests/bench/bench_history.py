@@ -13,9 +13,9 @@ import random
 from typing import Any
 
 from extender.asks import PodAsk
-from extender.cluster.kube import KubeError
 from extender.history.book import DemandBook
 from extender.history.store import FLUSH_S, ConfigMapStore
+from packing.kube.client import KubeError
 from packing.products import load_catalog
 
 NS = "gpuslice-system"

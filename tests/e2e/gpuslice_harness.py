@@ -38,9 +38,9 @@ import yaml
 
 from extender.certs.pki import KeyPair, issue, new_ca
 from extender.certs.plan import CA_SECRET, CLIENT_SECRET, SERVING_SECRET
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError, q
 from extender.cluster.pending_writer import CONDITION
 from packing.gate import gated
+from packing.kube.client import MERGE_PATCH, Kube, KubeError, q
 from packing.record import ANNOTATION, AllocationRecord, decode
 
 from . import manifests

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from extender.cluster.kube import Kube, KubeError, q
+from packing.kube.client import Kube, KubeError, q
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO_ROOT / "deploy" / "manifests"

@@ -32,7 +32,7 @@ import pytest
 import yaml
 
 from extender.certs.plan import METRICS_SECRET
-from extender.cluster.kube import Kube, KubeError
+from packing.kube.client import Kube, KubeError
 from packing.policies import DEFAULT_POLICY
 from tests.chart.helm import HelmUnavailable, helm_binary, objects, template
 from tests.chart.matrix import MATRIX

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.kube import Kube, KubeError
+from packing.kube.client import Kube, KubeError
 from packing.queue import REASONS
 
 from . import gpuslice_harness as h
@@ -479,7 +479,7 @@ def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ah
 def test_a_cordoned_node_takes_no_new_reservation_until_it_is_uncordoned(
     gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
 ) -> None:
-    from extender.cluster.kube import MERGE_PATCH
+    from packing.kube.client import MERGE_PATCH
 
     (node,) = add_nodes(gs, nodes, 1, 1, "cordon")
 

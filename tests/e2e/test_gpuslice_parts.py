@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from extender.cluster.binder import ClusterBinder
-from extender.cluster.kube import MERGE_PATCH, Kube
 from extender.cluster.leader import LeaderElector
 from extender.state import BindError
 from extender.wire import BindingArgs
+from packing.kube.client import MERGE_PATCH, Kube
 from packing.record import ANNOTATION, AllocationRecord
 
 from . import gpuslice_harness as h

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.kube import Kube
+from packing.kube.client import Kube
 
 from . import gpuslice_harness as h
 from .cluster import ControlPlane, create_namespace

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.cluster.kube import Kube, KubeError
+from packing.kube.client import Kube, KubeError
 from tests.e2e import gpuslice_harness as h
 from tests.e2e.cluster import ControlPlane, free_port, tail, wait_for
 

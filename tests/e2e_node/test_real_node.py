@@ -34,7 +34,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from packing.kube.client import MERGE_PATCH, Kube, KubeError
 from packing.record import AllocationRecord
 from tests.e2e import gpuslice_harness as h
 from tests.e2e.cluster import create_namespace, wait_for

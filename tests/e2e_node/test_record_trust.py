@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.kube import MERGE_PATCH, Kube, KubeError
+from packing.kube.client import MERGE_PATCH, Kube, KubeError
 from packing.record import ANNOTATION, AllocationRecord
 from tests.e2e import gpuslice_harness as h
 from tests.e2e import manifests

@@ -1,32 +1,23 @@
 """Every Kubernetes API call a part of gpuslice's code makes, found by reading its source (the AST).
 
-The code reaches the API in few ways, each recognised here: ``Kube.request(METHOD, path)`` and the
-``Kube`` helpers (``get_pod``, ``patch_pod``, ...: their own calls, read from ``kube.py``); the node
-side's raw ``Api`` (``get``, ``create``, ``replace``, ``delete``); an ``Informer`` (list and watch);
-``Kube.stream`` (watch); and the typed client (``list_pod_for_all_namespaces``, ``patch_node``,
-``create_namespaced_event``; a method passed to ``watch.Watch().stream`` watches). A path is
-resolved from string literals, f-strings, module constants, local variables, ``pod_path(...)`` and
+Both services reach the API through one substrate (``packing/kube``), in few ways, each recognised
+here: ``Kube.request(METHOD, path)``, ``Kube.get(path)`` and the ``Kube`` helpers (``get_pod``,
+``patch_pod``, ``annotate_node``, ...: their own calls, read from ``packing/kube/client.py``); an
+``Informer`` (list and watch); ``Kube.stream`` (watch); an ``EventWriter`` (creates Events). A path
+is resolved from string literals, f-strings, module constants, local variables, ``pod_path(...)`` and
 ``self.path`` properties; a call whose path cannot be resolved is reported, never skipped.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 VERB_OF = {"GET": "get", "POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
-RAW = {"get": "GET", "create": "POST", "replace": "PUT", "delete": "DELETE"}
-TYPED = re.compile(r"^(read|list|create|patch|replace|delete)_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?"
-                   r"(_status)?$")
-TYPED_VERB = {"read": "get", "list": "list", "create": "create", "patch": "patch", "replace": "update",
-              "delete": "delete"}
-TYPED_KINDS = {"pod": ("", "pods"), "node": ("", "nodes"), "event": ("", "events"),
-               "resource_claim": ("resource.k8s.io", "resourceclaims"),
-               "resource_slice": ("resource.k8s.io", "resourceslices")}
+RAW = {"get": "GET"}
 
 
 @dataclass(frozen=True, order=True)
@@ -137,8 +128,8 @@ def _api_path(mod: _Module, node: ast.expr, local: dict[str, ast.expr]) -> str |
 
 
 def kube_helpers() -> dict[str, list[tuple[str, str]]]:
-    """``Kube`` method -> the (method, path) calls it makes (read from extender/cluster/kube.py)."""
-    mod = _Module(REPO / "extender" / "cluster" / "kube.py")
+    """``Kube`` method -> the (method, path) calls it makes (read from packing/kube/client.py)."""
+    mod = _Module(REPO / "packing" / "kube" / "client.py")
     cls = next(n for n in mod.tree.body if isinstance(n, ast.ClassDef) and n.name == "Kube")
     out: dict[str, list[tuple[str, str]]] = {}
     for fn in (n for n in cls.body if isinstance(n, ast.FunctionDef)):
@@ -156,13 +147,14 @@ def kube_helpers() -> dict[str, list[tuple[str, str]]]:
 def calls(*folders: str, files: tuple[str, ...] = ()) -> tuple[set[Call], list[str]]:
     """Every API call in the Python files of ``folders`` (and ``files``); and the call sites that look
     like API calls but whose path could not be resolved. The Informer's own list and watch are its
-    constructions' (``Informer(name, kube, path, ...)``), so ``informer.py`` is not read."""
+    constructions' (``Informer(name, kube, path, ...)``), an EventWriter's Events its construction's:
+    the substrate itself (``packing/kube``) is not read."""
     helpers = kube_helpers()
     found: set[Call] = set()
     unresolved: list[str] = []
     sources = [p for f in folders for p in sorted((REPO / f).rglob("*.py"))] + [REPO / f for f in files]
     for source in sources:
-        if "kubeletapi/protos" in str(source) or source.name in ("kube.py", "informer.py"):
+        if "kubeletapi/protos" in str(source) or "packing/kube/" in source.as_posix():
             continue
         mod = _Module(source)
         rel = str(source.relative_to(REPO))
@@ -195,6 +187,9 @@ def _permissions_of(mod: _Module, call: ast.Call, local: dict[str, ast.expr],
                     helpers: dict[str, list[tuple[str, str]]], unresolved: list[str],
                     rel: str) -> Iterator[tuple[str, str, str]]:
     func = call.func
+    if isinstance(func, ast.Name) and func.id == "EventWriter":
+        yield "", "events", "create"
+        return
     if isinstance(func, ast.Name) and func.id == "Informer" and len(call.args) >= 3:
         path = _api_path(mod, call.args[2], local)
         if path is None:
@@ -220,11 +215,3 @@ def _permissions_of(mod: _Module, call: ast.Call, local: dict[str, ast.expr],
     elif name in helpers:
         for method, path in helpers[name]:
             yield permission(method, path)
-    elif (m := TYPED.match(name)) and m.group(3) in TYPED_KINDS:
-        group, resource = TYPED_KINDS[m.group(3)]
-        yield group, resource + ("/status" if m.group(5) else ""), TYPED_VERB[m.group(1)]
-    if name == "stream":  # watch.Watch().stream(api.list_x, ...): a watch of x
-        for arg in call.args:
-            if isinstance(arg, ast.Attribute) and (m := TYPED.match(arg.attr)) and m.group(3) in TYPED_KINDS:
-                group, resource = TYPED_KINDS[m.group(3)]
-                yield group, resource, "watch"

@@ -8,7 +8,7 @@ import pytest
 
 from extender.asks import AskReader, ClaimUnavailable, PodSpecError, claim_request
 from extender.cluster.dra import ClaimResolver, claim_products, device_class_name, product_of_device_class
-from extender.cluster.kube import KubeError
+from packing.kube.client import KubeError
 from packing.products import RequestError, load_catalog
 
 CATALOG = load_catalog()

@@ -8,13 +8,13 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from extender.cluster.gate_controller import GateController, nudge_patch
-from extender.cluster.kube import JSON_PATCH, KubeError
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.state import ClusterState
 from extender.inventory import synthetic_cards
 from extender.samples import pod
 from extender.state import StateConfig
 from packing.gate import GATE, gate_index, lift_patch
+from packing.kube.client import JSON_PATCH, KubeError
 from packing.products import load_catalog
 
 CATALOG = load_catalog()

@@ -17,8 +17,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from extender.cluster.informer import Informer, key_of
-from extender.cluster.kube import KubeError
+from packing.kube.client import KubeError
+from packing.kube.informer import Informer, key_of
 
 
 class Stream:

@@ -7,7 +7,6 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.cluster.kube import KubeError
 from extender.cluster.pending_writer import (
     ADMITTED,
     CONDITION,
@@ -15,9 +14,11 @@ from extender.cluster.pending_writer import (
     PendingNotifier,
     PendingReporter,
     condition_patch,
-    event,
     notice_of,
+    pod_event,
 )
+from packing.kube.client import KubeError
+from packing.kube.events import event_body
 from packing.queue import Explanation
 
 
@@ -33,7 +34,7 @@ def test_notice_text_names_position_reason_and_product() -> None:
     assert "(v100-25: 3rd of its product in line)" in n.text()
     patch = condition_patch(n, 0.0)["status"]["conditions"][0]
     assert patch["type"] == CONDITION and patch["status"] == "True" and patch["reason"] == "NoCapacity"
-    ev = event({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}, n, 1.5)
+    ev = event_body(pod_event({"metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}, n), "gpuslice", "", 1.5)
     assert ev["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "p", "namespace": "ns", "uid": "u1"}
     assert ev["reason"] == "NoCapacity" and ev["message"] == n.text()
 

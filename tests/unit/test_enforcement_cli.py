@@ -31,6 +31,7 @@ from enforcement.pacer import PacerParams
 from enforcement.simgpu import GIB, FakeNVML, SimGPU, SimProcess, Steps, Workload
 from enforcement.simulate import Simulation, demo_scenario
 from packing.cli import main as gpuslice
+from packing.kube.client import Kube, KubeError
 
 
 def test_simulate_runs_the_demo_and_ends_by_itself(capsys: pytest.CaptureFixture[str]) -> None:
@@ -206,14 +207,17 @@ def test_help_lists_the_simulation_flags(capsys: pytest.CaptureFixture[str]) -> 
 POD_PATH = "kubepods/burstable/pod0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
 
 
-class _Unreachable:
-    """A CoreV1Api whose API server never answers."""
+class _Unreachable(Kube):
+    """A Kube whose API server never answers (a refused connection, as Kube reports it)."""
 
-    def list_pod_for_all_namespaces(self, **kwargs: object) -> None:
-        raise ConnectionError("API server unreachable")
+    def __init__(self) -> None:
+        pass
 
-    def create_namespaced_event(self, namespace: str, body: object) -> None:
-        raise ConnectionError("API server unreachable")
+    def request(self, method: str, path: str, body: object = None, **kw: object) -> dict[str, object]:
+        raise KubeError(0, "ConnectionRefusedError: API server unreachable")
+
+    def stream(self, path: str, query: object, read_timeout: float) -> object:
+        raise KubeError(0, "ConnectionRefusedError: API server unreachable")
 
 
 def _left_frozen(tmp_path: Path) -> tuple[Path, Path]:

@@ -31,7 +31,7 @@ from enforcement.freezer import CgroupFreezer, FreezeController, FreezeJournal, 
 from enforcement.killer import PidfdKiller
 from enforcement.nvml import PynvmlBackend, bounded
 from enforcement.pacer import PacerParams
-from enforcement.pods import PodIndex, PodWatch, StaticPodSource
+from enforcement.pods import PodIndex
 from enforcement.simgpu import GIB, HANG, Fault, Steps, Workload
 from tests.unit.realnode import (
     CGROUP,
@@ -127,7 +127,7 @@ def _real_agent(
     gpu: RealTimeGpu, pods: list[dict[str, object]], journal: Path, config: AgentConfig, deadline_s: float | None
 ) -> Agent:
     index = PodIndex(NODE)
-    PodWatch(StaticPodSource(pods), index).sync()
+    index.replace(pods)
     backend = PynvmlBackend(gpu.nvml).open()
     return Agent(
         config,
@@ -265,7 +265,7 @@ def test_a_pid_reused_within_one_clock_tick_is_not_killed() -> None:
         home = unified_root() / own.lstrip("/")  # type: ignore[operator]
         uuid = "GPU-reuse"
         index = PodIndex(NODE)
-        PodWatch(StaticPodSource([pod.manifest(NODE, uuid, "v100-25", 250, 8192)]), index).sync()
+        index.replace([pod.manifest(NODE, uuid, "v100-25", 250, 8192)])
         reading = _Listing(uuid)
         attributor = Attributor(CgroupResolver(Path("/proc")), index)
         dog = MemoryWatchdog(reading, attributor.owner, PidfdKiller(), RecordingEventSink(), SystemClock())  # type: ignore[arg-type]
@@ -312,7 +312,7 @@ NAMESPACED_AGENT = textwrap.dedent(
     from enforcement.metrics import AgentMetrics
     from enforcement.nvml import PynvmlBackend
     from enforcement.pacer import PacerParams
-    from enforcement.pods import PodIndex, PodWatch, StaticPodSource
+    from enforcement.pods import PodIndex
     from enforcement.simgpu import GIB, FakeNVML, SimGPU, SimProcess, Steps, Workload
 
     pid, manifest, journal = int(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3])
@@ -321,7 +321,7 @@ NAMESPACED_AGENT = textwrap.dedent(
     gpu = SimGPU(0, sys.argv[4])
     gpu.attach(SimProcess(pid, 0, clock.now(), Workload(Steps.constant(1.0), Steps.constant(GIB))))
     index = PodIndex("real-node")
-    PodWatch(StaticPodSource([manifest]), index).sync()
+    index.replace([manifest])
     freezer = FreezeController(CgroupFreezer(Path("/sys/fs/cgroup")), FreezeJournal(journal))
     config = AgentConfig("real-node", pacer=PacerParams(grace_s=0.0))
     agent = Agent(config, PynvmlBackend(FakeNVML([gpu], clock)).open(), CgroupResolver(Path("/proc")), index,

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from enforcement.events import RecordingEventSink
-from enforcement.pods import MIB, KubePodSource, PodIndex, PodWatch, StaticPodSource, WatchExpired, container_ids
+from enforcement.pods import MIB, PodIndex, container_ids
 from enforcement.refusals import REFUSED, Refusals
+from packing.kube.informer import Informer
 from packing.record import ANNOTATION, OTHER_NODE, OTHER_POD, UNREADABLE, AllocationRecord
+from tests.unit.test_cluster_informer import Stream
 
 UID = "0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
 GPU0, GPU1 = "GPU-0000", "GPU-1111"
@@ -131,84 +131,50 @@ def test_container_ids_drop_the_runtime_prefix() -> None:
     assert container_ids(item) == {"ab" * 32: "a", "cd" * 32: "b", "ef" * 32: "c", "12" * 32: "init"}
 
 
-def test_watch_lists_then_applies_events() -> None:
-    source = StaticPodSource([pod(record=record())])
+class NodePods:
+    """The API server as the agent's informer sees it: the pods of one node, listed and watched."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        self.pods = {p["metadata"]["uid"]: p for p in pods}
+        self.rev = 7
+        self.queries: list[dict[str, Any]] = []
+        self.pending: list[dict[str, Any]] = []  # watch events not yet streamed
+
+    def change(self, kind: str, doc: dict[str, Any], *, lost: bool = False) -> None:
+        self.rev += 1
+        doc = {**doc, "metadata": {**doc["metadata"], "resourceVersion": str(self.rev)}}
+        if kind == "DELETED":
+            self.pods.pop(doc["metadata"]["uid"], None)
+        else:
+            self.pods[doc["metadata"]["uid"]] = doc
+        if not lost:
+            self.pending.append({"type": kind, "object": doc})
+
+    def request(self, method: str, path: str, body: Any = None, *, query: Any = None, **_: Any) -> dict[str, Any]:
+        assert (method, path) == ("GET", "/api/v1/pods")
+        self.queries.append(dict(query or {}))
+        return {"metadata": {"resourceVersion": str(self.rev)}, "items": list(self.pods.values())}
+
+    def stream(self, path: str, query: dict[str, Any], read_timeout: float) -> Stream:
+        self.queries.append(dict(query))
+        events, self.pending = self.pending, []
+        return Stream(events)
+
+
+def test_the_pod_watch_is_the_shared_informer_on_this_node_with_its_drift() -> None:
+    api = NodePods([pod(record=record())])
     index = PodIndex("node-a")
-    watch = PodWatch(source, index)
-    version = watch.sync()
-    assert index.get(UID) is not None and watch.synced.is_set()
+    watch = Informer("pods", api, "/api/v1/pods", index.apply,  # type: ignore[arg-type]
+                     selectors={"fieldSelector": "spec.nodeName=node-a"})
+    assert watch.relist() == 0 and index.get(UID) is not None
     other = "11111111-2222-3333-4444-555555555555"
-    source.publish("ADDED", pod(uid=other, name="second", record=record(gpus=(GPU1,), claim=other)))
-    source.publish("DELETED", pod(record=record()))
-    watch.pump(version)
+    api.change("ADDED", pod(uid=other, name="second", record=record(gpus=(GPU1,), claim=other)))
+    api.change("DELETED", pod(record=record()))
+    watch.watch_once()
     assert index.get(UID) is None and index.holder(other, GPU1) is not None
-
-
-class FlakySource:
-    """Lists fine; its watches expire, then fail, then end quietly; it stops the loop after a few relists."""
-
-    def __init__(self, stop: threading.Event) -> None:
-        self.stop = stop
-        self.lists = 0
-        self.watches = 0
-
-    def list_pods(self) -> tuple[list[dict[str, Any]], str]:
-        self.lists += 1
-        if self.lists >= 3:
-            self.stop.set()
-        return [pod(record=record())], str(self.lists)
-
-    def watch_pods(self, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
-        self.watches += 1
-        if self.watches == 1:
-            raise WatchExpired("too old")
-        if self.watches == 2:
-            raise ConnectionError("api server away")
-        yield "MODIFIED", pod(record=record(mib=16384, milli=500))
-
-
-def test_watch_relists_after_expiry_and_errors() -> None:
-    stop = threading.Event()
-    source = FlakySource(stop)
-    index = PodIndex("node-a")
-    watch = PodWatch(source, index, backoff_s=0.01)
-    watch.run(stop)
-    assert source.lists == 3 and watch.errors == 1
-    assert index.get(UID) is not None
-
-
-class FakeResponse:
-    def __init__(self, doc: dict[str, Any]) -> None:
-        self.data = json.dumps(doc).encode()
-
-
-class FakeCoreV1:
-    def __init__(self) -> None:
-        self.calls: list[dict[str, Any]] = []
-
-    def list_pod_for_all_namespaces(self, **kwargs: Any) -> FakeResponse:
-        self.calls.append(kwargs)
-        return FakeResponse({"metadata": {"resourceVersion": "42"}, "items": [pod(record=record())]})
-
-
-def test_kube_source_lists_only_this_node(monkeypatch: pytest.MonkeyPatch) -> None:
-    api = FakeCoreV1()
-    source = KubePodSource(api, "node-a")
-    items, version = source.list_pods()
-    assert version == "42" and items[0]["metadata"]["uid"] == UID
-    assert api.calls[0]["field_selector"] == "spec.nodeName=node-a"
-
-    class ExpiredWatch:
-        def stream(self, func: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
-            assert kwargs["field_selector"] == "spec.nodeName=node-a" and kwargs["resource_version"] == "42"
-            yield {"type": "ADDED", "raw_object": pod(record=record())}
-            yield {"type": "ERROR", "raw_object": {"code": 410, "message": "too old resource version"}}
-
-    import kubernetes.watch
-
-    monkeypatch.setattr(kubernetes.watch, "Watch", ExpiredWatch)
-    events = source.watch_pods("42", 5)
-    kind, obj = next(events)
-    assert kind == "ADDED" and obj["metadata"]["uid"] == UID
-    with pytest.raises(WatchExpired):
-        next(events)
+    assert all(q["fieldSelector"] == "spec.nodeName=node-a" for q in api.queries)  # the node's pods only
+    assert api.queries[-1]["watch"] is True and api.queries[-1]["resourceVersion"] == "7"  # from the list on
+    assert watch.resource_version == str(api.rev)  # resumes after the last event seen
+    # a deletion the watch never delivered: the next relist says so (a tombstone-less miss is drift)
+    api.change("DELETED", pod(uid=other, name="second", record=record(claim=other)), lost=True)
+    assert watch.relist(resume=False) == 1 and index.get(other) is None and len(index) == 0

@@ -7,10 +7,10 @@ import json
 from typing import Any
 
 from extender.asks import PodAsk
-from extender.cluster.kube import KubeError
 from extender.history.book import DemandBook
 from extender.history.store import LABEL, ConfigMapStore
 from packing.demand import LOST, parse_header, parse_row
+from packing.kube.client import KubeError
 from packing.products import load_catalog
 
 CATALOG = load_catalog()

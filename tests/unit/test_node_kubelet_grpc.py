@@ -26,7 +26,6 @@ from enforcement.dra.plugin import DraDriver, DraServer
 from enforcement.dra.slices import SLICES, SlicePublisher
 from enforcement.edits import ContainerEdits, EditsConfig
 from enforcement.handoff import RecordLookup, Writer
-from enforcement.kubeapi import ApiError
 from enforcement.kubeletapi.stubs import (
     deviceplugin_pb2,
     deviceplugin_pb2_grpc,
@@ -39,6 +38,7 @@ from enforcement.kubeletapi.stubs import (
 )
 from enforcement.pods import PodIndex
 from packing.inventory import Card
+from packing.kube.client import KubeError
 from packing.products import load_catalog
 from packing.record import ANNOTATION, AllocationRecord
 from tests.unit.fake_limiter import installed
@@ -51,7 +51,7 @@ CLAIM_UID = "99999999-8888-4777-8666-555555555555"
 
 
 class MemoryApi:
-    """The API server as a dict of objects by path."""
+    """The API server as a dict of objects by path, behind the two calls of ``Kube`` the node side makes."""
 
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, Any]] = {}
@@ -59,16 +59,16 @@ class MemoryApi:
     def get(self, path: str) -> dict[str, Any] | None:
         return self.objects.get(path)
 
-    def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        self.objects[f"{path}/{obj['metadata']['name']}"] = obj
-        return obj
-
-    def replace(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-        self.objects[path] = obj
-        return obj
-
-    def delete(self, path: str) -> None:
-        self.objects.pop(path, None)
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        if method == "POST":
+            self.objects[f"{path}/{body['metadata']['name']}"] = body
+        elif method == "PUT":
+            self.objects[path] = body
+        elif method == "DELETE":
+            self.objects.pop(path, None)
+        else:
+            raise AssertionError(f"{method} {path}")
+        return dict(body or {})
 
 
 def managed_pod(name: str = "trainer", uid: str = POD_UID, gpu: str = GPU_A,
@@ -417,8 +417,10 @@ def test_resource_slice_follows_the_healthy_cards(world: dict[str, Any]) -> None
 
 def test_resource_slice_on_a_cluster_without_resource_k8s_io_v1(world: dict[str, Any]) -> None:
     class OldCluster(MemoryApi):
-        def create(self, path: str, obj: dict[str, Any]) -> dict[str, Any]:
-            raise ApiError(404, f"{path} not found")
+        def request(self, method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+            if method == "POST":
+                raise KubeError(404, "the server could not find the requested resource")
+            return super().request(method, path, body)
 
     slices = SlicePublisher(OldCluster(), NODE, load_catalog())
     slices.update(CARDS)

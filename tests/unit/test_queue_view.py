@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from extender.cluster.pending_writer import Notice, condition_patch, notice_of, timestamp
+from extender.cluster.pending_writer import Notice, condition_patch, notice_of
 from extender.queue_view import Waiting, as_json, human_duration, main, table, waiting_of, waiting_pods
 from packing.gate import GATE
+from packing.kube.events import timestamp
 from packing.queue import Explanation
 
 NOW = 1_790_000_000.0
