@@ -248,6 +248,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
     from enforcement.pods import PodIndex
     from enforcement.refusals import Refusals
     from packing.kube.informer import Informer
+    from packing.products import load_catalog
 
     _check_cgroup_namespace(args.proc_root)
     backend = _open_simulated(args) if args.simulated_gpus else _open_nvml(args.nvml_deadline)
@@ -264,7 +265,7 @@ def _serve(args: argparse.Namespace, config: AgentConfig, freezer: FreezeControl
         return 0
     events = KubeEventSink(kube, args.node_name)
     refusals = Refusals(args.node_name, events)
-    index = PodIndex(args.node_name, refusals)
+    index = PodIndex(args.node_name, refusals, load_catalog(args.catalog))
     watch = Informer("pods", kube, "/api/v1/pods", index.apply,
                      selectors={"fieldSelector": f"spec.nodeName={args.node_name}"})
     watch.start()  # lists, then watches; relists after 410 Gone or a broken stream, and tells the drift

@@ -132,7 +132,8 @@ class AgentMetrics:
         self.refused = Counter(
             "gpuslice_agent_records_refused_total",
             "Allocation records the agent refused (the pod gets no card from any hand-off path), once per pod and "
-            "record, by reason: other-pod (a copy, or forged), other-node, unreadable",
+            "record, by reason: other-pod (a copy, or forged), other-node, unreadable, not-asked (a product the pod "
+            "does not ask for)",
             ("reason",),
             registry=r,
         )

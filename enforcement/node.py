@@ -214,7 +214,7 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api: Ku
     if args.nri:
         from enforcement.nri import NriPlugin
 
-        side.nri = NriPlugin(args.nri_socket, writer, index, args.node_name)
+        side.nri = NriPlugin(args.nri_socket, writer, lookup, args.node_name)
         _thread(side, "nri", side.nri.run, side.stop)
     _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
     _thread(side, "node-side-report", side.report)

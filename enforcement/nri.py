@@ -4,8 +4,9 @@ No kubelet plugin ever sees a pod that asks for its slice by annotation only: it
 extended resource and no claim. The container runtime does see it. At every container creation
 containerd asks its NRI plugins for adjustments, naming the pod sandbox (its UID and annotations,
 so the allocation record itself) and the container. This plugin answers, for a container of a pod
-whose record is the one the extender wrote for it on this node (``packing.record.record_of_pod``:
-the record's claim is the sandbox's pod uid; a copy of another pod's record is refused, the pod told
+whose record is the one the extender wrote for it on this node (the pod as the watch shows it, else
+as the API does, read by ``handoff.RecordLookup`` like the other paths: ``packing.record.record_of_pod``,
+and the pod asks for the record's product; a copy of another pod's record is refused, the pod told
 why) and that no other path has handed its slice yet (no
 ``GPUSLICE_POD_UID`` in its environment, no ``gpuslice.io/slice`` CDI device), with the CDI
 device ``gpuslice.io/slice=pod-<uid>``, whose spec it wrote from the record, with the same
@@ -40,10 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from enforcement.cdi import KIND, POD_UID_ANNOTATION, SETTLE_S, qualified
-from enforcement.handoff import HandoffError, Writer
+from enforcement.handoff import HandoffError, RecordLookup, Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
-from enforcement.pods import ManagedPod, PodIndex, pod_ref
-from packing.record import ANNOTATION, AllocationRecord, RecordRefused, record_of_pod
+from enforcement.pods import ManagedPod
+from packing.record import ANNOTATION, AllocationRecord
 
 log = logging.getLogger(__name__)
 
@@ -177,10 +178,10 @@ class _Conn:
 class NriPlugin:
     """Hands annotation-only pods their slice at container creation (see the module docstring)."""
 
-    def __init__(self, socket_path: Path, writer: Writer, index: PodIndex, node: str) -> None:
+    def __init__(self, socket_path: Path, writer: Writer, lookup: RecordLookup, node: str) -> None:
         self.socket_path = socket_path
         self.writer = writer
-        self.index = index
+        self.lookup = lookup
         self.node = node
         self.connected = threading.Event()
         self.ever_connected = False
@@ -244,7 +245,7 @@ class NriPlugin:
             return adjust
         spec = self.writer.specs.read(pod_device(pod.uid))
         if ((spec or {}).get("annotations") or {}).get(POD_UID_ANNOTATION) == pod.uid:
-            record = self._record(pod)  # written at sandbox start: long seen by the runtime's cache
+            record = self._pod(pod).record  # written at sandbox start: long seen by the runtime's cache
         else:
             record = self._write(pod)
             time.sleep(SETTLE_S)  # just written: give the runtime's CDI cache time to see it
@@ -254,29 +255,16 @@ class NriPlugin:
                  qualified(pod_device(pod.uid)), ",".join(record.gpus))
         return adjust
 
-    def _record(self, pod: Any) -> AllocationRecord:
-        """The record in the sandbox's annotations (the pod's own, copied by the kubelet), if it is the one
-        the extender wrote for this very pod on this node; HandoffError (the refusal said) otherwise."""
-        doc = {"metadata": {"uid": pod.uid, "namespace": pod.namespace, "name": pod.name,
-                            "annotations": dict(pod.annotations)}}
-        try:
-            record = record_of_pod(doc, self.node)
-        except RecordRefused as e:
-            if self.index.refusals is not None:
-                self.index.refusals.refused(pod_ref(doc, pod.uid), e)
-            raise HandoffError(f"pod {pod.namespace}/{pod.name}: {e}") from e
-        if record is None:
-            raise HandoffError(f"pod {pod.namespace}/{pod.name} carries no {ANNOTATION}")
-        return record
+    def _pod(self, pod: Any) -> ManagedPod:
+        """The sandbox's pod with the record the extender wrote for it here (HandoffError, the refusal
+        said, otherwise): as the node's pod watch shows it, else as the API does."""
+        return self.lookup.by_uid(pod.uid, pod.namespace, pod.name)
 
     def _write(self, pod: Any) -> AllocationRecord:
-        """Write the pod's spec from the record in its sandbox annotations; HandoffError if unusable."""
-        record = self._record(pod)
-        managed = self.index.get(pod.uid)
-        if managed is None:  # the watch lags: the sandbox's annotations are the pod's own
-            managed = ManagedPod(pod.uid, pod.namespace, pod.name, record)
+        """Write the pod's spec from its record; HandoffError if it has none it may use."""
+        managed = self._pod(pod)
         self.writer.write(pod_device(pod.uid), managed)
-        return record
+        return managed.record
 
     # ---- the connection -------------------------------------------------------------------------
     def connect_once(self) -> _Conn:

@@ -26,9 +26,10 @@ from typing import Any
 from enforcement.cgroups import canonical_uid
 from enforcement.events import Pod
 from enforcement.refusals import Refusals
+from packing.asks import MalformedPod, asks_for
 from packing.kube.objects import field
-from packing.products import MILLI_PER_GPU
-from packing.record import AllocationRecord, RecordRefused, record_of_pod
+from packing.products import MILLI_PER_GPU, Catalog, load_catalog
+from packing.record import NOT_ASKED, AllocationRecord, RecordRefused, record_of_pod
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +104,10 @@ def container_ids(pod: Mapping[str, Any]) -> dict[str, str]:
 class PodIndex:
     """The managed pods on one node, by pod UID. Thread-safe: the watch writes, the loop reads."""
 
-    def __init__(self, node_name: str, refusals: Refusals | None = None) -> None:
+    def __init__(self, node_name: str, refusals: Refusals | None = None, catalog: Catalog | None = None) -> None:
         self.node_name = node_name
         self.refusals = refusals  # told of every pod whose record this node refuses
+        self.catalog = catalog or load_catalog()  # how pods ask (the resource prefix, the annotation)
         self._pods: dict[str, ManagedPod] = {}
         self._rejected: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -122,10 +124,21 @@ class PodIndex:
             return canonical_uid(uid), None, e
         if record is None:
             return canonical_uid(uid), None, None
+        if not self._asks(pod, record):
+            wanted = record.product or "slice"
+            return canonical_uid(uid), None, RecordRefused(NOT_ASKED, (
+                f"it asks for no {wanted} (by extended resource, annotation or DRA claim), yet carries an allocation "
+                f"record for one: not the extender's, which writes a record only for a pod that asks for its product"))
         uid = canonical_uid(uid)
         namespace = field(pod, "metadata", "namespace") or "default"
         name = field(pod, "metadata", "name") or uid
         return uid, ManagedPod(uid, str(namespace), str(name), record, container_ids(pod)), None
+
+    def _asks(self, pod: Mapping[str, Any], record: AllocationRecord) -> bool:
+        try:
+            return asks_for(pod, record.product, self.catalog)
+        except MalformedPod:
+            return False
 
     def _put(self, uid: str, managed: ManagedPod | None, problem: RecordRefused | None) -> None:
         self._pods.pop(uid, None)

@@ -2,11 +2,11 @@
 
 A pod whose ``gpuslice.io/allocation`` is not the extender's record for that very pod on this node
 (``packing.record.record_of_pod``: a copy of another pod's, one written by hand, one for another
-node, an unreadable one) gets no card from any hand-off path. Each such pod is told once, by a
-Warning Event ``AllocationRecordRefused`` naming why, logged, and counted by reason
-(``gpuslice_agent_records_refused_total{reason}``; again only when its record changes), whichever path
-met it first (the pod watch,
-NRI at the pod's sandbox, a kubelet plugin's look-up).
+node, an unreadable one; or a record for a product the pod does not ask for) gets no card from any
+hand-off path. Each such pod is told once, by a Warning Event ``AllocationRecordRefused`` naming
+why, logged, and counted by reason (``gpuslice_agent_records_refused_total{reason}``; again only
+when its record changes), whichever path met it first (the pod watch, a look-up of the pod by NRI
+or a kubelet plugin).
 """
 
 from __future__ import annotations

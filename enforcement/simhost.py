@@ -153,7 +153,12 @@ class SimNode:
         self._add_cgroup((self.cgroup_root / path.strip("/")).parent)  # the pod's cgroup
         container = self.add_container(name, path, gpu_indexes[0] if gpu_indexes else None)
         annotations: dict[str, str] = {}
-        if managed:
+        spec: dict[str, object] = {"nodeName": self.node_name}
+        if managed:  # it asks as a real pod does: by annotation, or by a DRA claim that names its product
+            if product:
+                annotations["gpuslice.io/product"] = product
+            else:
+                spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": f"{name}-gpu"}]
             record = AllocationRecord(
                 claim_uid=pod_uid,  # the extender writes a record for the pod it binds
                 node=record_node or self.node_name,
@@ -166,7 +171,7 @@ class SimNode:
         self.pods.append(
             {
                 "metadata": {"uid": pod_uid, "name": name, "namespace": namespace, "annotations": annotations},
-                "spec": {"nodeName": self.node_name},
+                "spec": spec,
                 "status": {
                     "phase": "Running",
                     "containerStatuses": [{"name": "main", "containerID": f"containerd://{container_id}"}],

@@ -31,7 +31,6 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.exceptions import HTTPException
 
-from extender.asks import ClaimUnavailable, MalformedPod
 from extender.config import ConfigError, ExtenderConfig, Subject, parse_subject
 from extender.heap import settle_heap
 from extender.history.book import DemandBook
@@ -49,6 +48,7 @@ from extender.wire import (
     parse_release,
     priorities_to_wire,
 )
+from packing.asks import ClaimUnavailable, MalformedPod
 from packing.demand import parse_since
 
 log = logging.getLogger("gpuslice.extender")

@@ -25,10 +25,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
-from extender.asks import PodAsk
 from extender.decide import PolicyUse
 from extender.fitcache import FitCache
 from extender.timing import TimedLock
+from packing.asks import PodAsk
 from packing.ledger import Allocation, Ledger
 from packing.node_fit import NodeFacts
 from packing.products import Request

@@ -29,8 +29,8 @@ from packing.policies import NodeKey, Policy, policy_for, scale_scores
 from packing.products import Catalog, Request
 
 if TYPE_CHECKING:
-    from extender.asks import PodAsk
     from extender.fitcache import ShapeView
+    from packing.asks import PodAsk
 
 MODES = ("strict", "cooperative")
 REASON_HEAD = "gpuslice "

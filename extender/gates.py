@@ -18,9 +18,9 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from extender.asks import MalformedPod, PodSpecError, pod_claim_refs, product_annotation, resource_asks
 from packing import gate
 from packing.argtypes import dns_label, readable_file
+from packing.asks import MalformedPod, PodSpecError, pod_claim_refs, product_annotation, resource_asks
 from packing.kube.client import JSON_PATCH, Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from packing.products import Catalog, load_catalog
 from packing.usage import CommandParser
@@ -40,7 +40,7 @@ def _built_in() -> Catalog:
 
 
 def product_of(pod: Mapping[str, Any], catalog: Catalog | None = None) -> str:
-    """What the pod asks for, as its spec says (read by ``extender.asks``; a claim is named, not resolved)."""
+    """What the pod asks for, as its spec says (read by ``packing.asks``; a claim is named, not resolved)."""
     catalog = catalog or _built_in()
     try:
         asks = resource_asks(pod, catalog.resource_prefix)

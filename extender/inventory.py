@@ -24,12 +24,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
-from extender.constraints import node_facts
-from packing.inventory import ANNOTATION, MAX_CARDS, MAX_TEXT, Card, InventoryError, decode
+from packing.constraints import node_facts
+from packing.inventory import ANNOTATION, MAX_CARDS, MAX_TEXT, PRODUCT_LABEL, Card, InventoryError, decode
 from packing.node_fit import NodeFacts
 from packing.products import Catalog
 
-PRODUCT_LABEL = "nvidia.com/gpu.product"
 COUNT_LABEL = "nvidia.com/gpu.count"
 MEMORY_LABEL = "nvidia.com/gpu.memory"
 DEFAULT_MODEL = "Tesla-V100-SXM2-32GB"

@@ -30,9 +30,9 @@ from enum import StrEnum
 from typing import Any
 
 from extender.cache import ClaimCache
-from extender.constraints import node_facts
 from extender.decide import REASON_HEAD, UNKNOWN, Code, FitNote
 from extender.inventory import Enforcement, NodeInventory, inventory_of_node, source_of
+from packing.constraints import node_facts
 from packing.inventory import InventoryError
 from packing.ledger import LedgerError
 from packing.products import Catalog

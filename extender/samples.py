@@ -11,9 +11,9 @@ import uuid as uuidlib
 from collections.abc import Sequence
 from typing import Any
 
-from extender.inventory import COUNT_LABEL, DEFAULT_MODEL, MEMORY_LABEL, PRODUCT_LABEL
+from extender.inventory import COUNT_LABEL, DEFAULT_MODEL, MEMORY_LABEL
 from packing.inventory import ANNOTATION as INVENTORY_ANNOTATION
-from packing.inventory import Card, encode
+from packing.inventory import PRODUCT_LABEL, Card, encode
 
 RESOURCE_PREFIX = "gpuslice.io"
 

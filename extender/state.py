@@ -5,7 +5,7 @@
 * ``inventory`` (``extender.inventory_sync.InventorySync``): each node's wanted inventory, applied as
   its slices allow;
 * ``waiting`` (``extender.waiting_room.WaitingRoom``): the queue: who waits, why, where;
-* ``asks`` (``extender.asks.AskReader``): what a pod asks for;
+* ``asks`` (``packing.asks.AskReader``): what a pod asks for;
 * the decisions (``extender.decide``): pure functions whose outcomes the verbs apply;
 * ``binder``: how a decided bind reaches the cluster (standalone: remembered; cluster: annotation
   and Binding).
@@ -30,7 +30,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from extender.asks import AskReader, ClaimLookup, PodAsk
 from extender.cache import ClaimCache
 from extender.decide import (
     MODES,
@@ -52,6 +51,7 @@ from extender.inventory_sync import InventorySync, SyncOutcome
 from extender.timing import phase
 from extender.waiting_room import WaitingRoom
 from extender.wire import BindingArgs, ExtenderArgs, FilterResult, node_name
+from packing.asks import AskReader, ClaimLookup, PodAsk
 from packing.inventory import Card
 from packing.ledger import Allocation, Ledger, LedgerError
 from packing.node_fit import NodeFacts

@@ -23,7 +23,7 @@ import logging
 from collections import OrderedDict
 from typing import Any
 
-from extender.asks import PodAsk
+from packing.asks import PodAsk
 from packing.explain import ADMISSIBLE
 from packing.ledger import Allocation, Ledger
 from packing.queue import ClaimQueue, QueueError, WaitingClaim

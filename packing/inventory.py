@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 ANNOTATION = "gpuslice.io/inventory"
+PRODUCT_LABEL = "nvidia.com/gpu.product"  # GPU Feature Discovery's model label: ``model`` is in its form
 MAX_CARDS = 64  # far above any real node; bounds what one bad annotation can cost
 MAX_TEXT = 256  # uuid and model lengths: NVML's are below 100
 MAX_MEMORY_MIB = 2**40

@@ -121,7 +121,8 @@ def decode(value: str) -> AllocationRecord:
 UNREADABLE = "unreadable"
 OTHER_POD = "other-pod"
 OTHER_NODE = "other-node"
-REFUSALS = (UNREADABLE, OTHER_POD, OTHER_NODE)
+NOT_ASKED = "not-asked"  # the record names a product the pod does not ask for (packing.asks.asks_for)
+REFUSALS = (UNREADABLE, OTHER_POD, OTHER_NODE, NOT_ASKED)
 
 
 class RecordRefused(RecordError):

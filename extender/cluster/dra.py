@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.asks import ClaimUnavailable, pod_claim_refs
+from packing.asks import ClaimUnavailable, pod_claim_refs
 from packing.kube.client import KubeError
 from packing.products import Catalog, RequestError
 
@@ -81,7 +81,7 @@ def claim_products(claim_spec: Mapping[str, Any], catalog: Catalog) -> list[tupl
 
 class ClaimResolver:
     """Resolves a pod's claims to (product, count) through cached API look-ups (thread-safe): the
-    ``extender.asks.ClaimLookup`` of cluster mode."""
+    ``packing.asks.ClaimLookup`` of cluster mode."""
 
     def __init__(self, catalog: Catalog, get_template: Fetch, get_claim: Fetch, max_entries: int = 10_000) -> None:
         self.catalog = catalog

@@ -24,7 +24,6 @@ from flask import Flask
 from kubernetes import client
 
 from extender.app import Handlers, HotRoutes, create_app
-from extender.asks import ClaimUnavailable
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
@@ -44,6 +43,7 @@ from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
 from extender.timing import Phases, measuring
 from extender.wire import BindingArgs, FilterResult, binding_result
+from packing.asks import ClaimUnavailable
 from packing.kube.client import Kube, connect
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from extender.asks import ClaimLookup, PodAsk
 from extender.inventory import Enforcement
 from extender.state import Binder, ExtenderState, StateConfig
+from packing.asks import ClaimLookup, PodAsk
 from packing.entitlements import Entitlement
 from packing.inventory import Card
 from packing.ledger import Allocation, Ledger, LedgerError

@@ -26,7 +26,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from extender.asks import ClaimUnavailable, MalformedPod
 from extender.cluster.config import ClusterConfig
 from extender.cluster.entitlements import changes, parse_configmap
 from extender.cluster.metrics import ClusterMetrics
@@ -36,6 +35,7 @@ from extender.cluster.threads import join, start_daemon
 from extender.heap import settle_heap
 from extender.inventory import inventory_of_node
 from extender.inventory_sync import SyncOutcome
+from packing.asks import ClaimUnavailable, MalformedPod
 from packing.entitlements import Entitlement
 from packing.gate import gated
 from packing.inventory import InventoryError

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from extender.asks import PodAsk
+from packing.asks import PodAsk
 from packing.demand import (
     DEPARTED,
     LOST,

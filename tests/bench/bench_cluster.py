@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from functools import partial
 
-from extender.asks import PodAsk
 from extender.cluster.pending_writer import PendingNotifier, notice_of
 from extender.cluster.state import ClusterState
 from extender.inventory import synthetic_cards
 from extender.state import StateConfig
+from packing.asks import PodAsk
 from packing.products import load_catalog
 from packing.queue import Explanation
 from packing.record import AllocationRecord

@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from extender.asks import PodAsk
 from extender.history.book import DemandBook
 from extender.history.store import FLUSH_S, ConfigMapStore
+from packing.asks import PodAsk
 from packing.kube.client import KubeError
 from packing.products import load_catalog
 

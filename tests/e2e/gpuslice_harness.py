@@ -320,6 +320,14 @@ def as_extender_user(obj: Obj, user: str) -> Obj:
     return out
 
 
+def as_installed(obj: Obj) -> Obj:
+    """A rendered object as the e2e control plane installs it: an admission policy that lets the extender
+    alone do something names the e2e extender's identity."""
+    if obj["kind"] == "ValidatingAdmissionPolicy" and obj["metadata"]["name"] in EXTENDER_POLICIES:
+        return as_extender_user(obj, EXTENDER_USER)
+    return obj
+
+
 def stand_in_pod(kube: Kube, name: str) -> None:
     """A pod object named like an extender replica's pod in the system namespace (it never runs)."""
     pod = {"apiVersion": "v1", "kind": "Pod",
@@ -355,10 +363,8 @@ def prepare(cp: ControlPlane, work: Path, port: int) -> Gpuslice:
     kube = Kube(cp.api_client())
     objs = manifests.rendered()
     for obj in objs:
-        if obj["kind"] == "ValidatingAdmissionPolicy" and obj["metadata"]["name"] in EXTENDER_POLICIES:
-            apply(kube, as_extender_user(obj, EXTENDER_USER))
-        elif obj["kind"] in INSTALLED_KINDS and obj["metadata"].get("namespace") in (None, SYSTEM_NS):
-            apply(kube, obj)
+        if obj["kind"] in INSTALLED_KINDS and obj["metadata"].get("namespace") in (None, SYSTEM_NS):
+            apply(kube, as_installed(obj))
         elif obj["kind"] in ("ClusterRoleBinding", "RoleBinding") and obj["metadata"]["name"] in BINDINGS:
             apply(kube, bound_to(obj, BINDINGS[obj["metadata"]["name"]]))
     catalog = work / "catalog.toml"

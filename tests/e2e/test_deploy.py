@@ -143,14 +143,14 @@ def test_every_object_of_every_render_applies_with_server_side_dry_run(
         # policies first (README, "Upgrade"), they are applied here for real, then the defaults restored
         try:
             for policy in policies:
-                h.apply(gs.kube, policy)
+                h.apply(gs.kube, h.as_installed(policy))
             wait_for(lambda: dry_run_failures(gs.kube, objs) == {}, 20, interval=1.0,
                      what="the render's objects to pass its own policies")
         finally:
             defaults = manifests.rendered()
             for policy in defaults:
                 if policy["kind"] == "ValidatingAdmissionPolicy":
-                    h.apply(gs.kube, policy)
+                    h.apply(gs.kube, h.as_installed(policy))
             # the API server takes the policies in a moment: the next test must meet the defaults
             wait_for(lambda: dry_run_failures(gs.kube, defaults) == {}, 20, interval=1.0,
                      what="the default policies back in force")

@@ -8,7 +8,8 @@ node: by ``spec.nodeName``, or through the default scheduler; or writes a record
 * Installed as the chart installs it, the admission policy refuses each of them, and a record set by
   a later update, by a Binding or by a status update, whoever asks (an administrator too) but the
   extender's own identity.
-* With that policy off, the node agent refuses each record (it names another pod's claim): no
+* With that policy off, the node agent refuses each record (it names another pod's claim), and a
+  record patched on after creation that names the pod's own uid (the pod asks for no slice): no
   hand-off path gives the pod a card (no CDI spec of its own, no limiter state directory, no
   container with ``NVIDIA_VISIBLE_DEVICES``), the pod gets an Event that says why, and the agent
   counts it (``gpuslice_agent_records_refused_total``).
@@ -192,7 +193,7 @@ def _agent_events(kube: Kube, ns: str, name: str) -> list[dict[str, Any]]:
     return [e for e in items if (e.get("source") or {}).get("component") == "gpuslice-agent"]
 
 
-def _no_card(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str, name: str) -> dict[str, Any]:
+def _no_card(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str, name: str, why: str) -> dict[str, Any]:
     """Wait until the agent said why ``name`` gets no card; check that no hand-off path gave it one."""
     p = gs.kube.get_pod(ns, name)
     assert p is not None
@@ -206,7 +207,7 @@ def _no_card(gs: h.Gpuslice, node: RealNode, agent: Agent, ns: str, name: str) -
 
     events = wait_for(told_or_handed, 60, interval=0.2, what=f"the agent's Event on {ns}/{name}")
     assert [e["reason"] for e in events] == [REFUSED], events
-    assert "not this pod" in events[0]["message"], events[0]["message"]
+    assert why in events[0]["message"], events[0]["message"]
     time.sleep(3)  # the kubelet has tried to create the container by now, more than once
     text = node.container_log(ns, name, uid)
     assert "NVIDIA_VISIBLE_DEVICES=" not in text and "GPUSLICE_" not in text, text
@@ -229,11 +230,23 @@ def test_with_the_policy_off_the_agent_hands_a_copied_or_forged_record_no_card(
     h.create_pod(kube, ns, copycat("copy-by-name", copy, "nodeName"))
     h.create_pod(kube, ns, copycat("copy-by-scheduler", copy, "scheduler"))
     h.create_pod(kube, ns, copycat("forged", forged(victim), "nodeName"))
-    assert h.wait_bound(gs.kube, ns, "copy-by-scheduler", timeout=60)["spec"]["nodeName"] == NODE
-    seen = {name: _no_card(gs, node, agent, ns, name) for name in ("copy-by-name", "copy-by-scheduler", "forged")}
+    # the strongest forgery: a record naming the pod's own uid, patched on while the pod waits behind a gate
+    # of the tenant's own, then bound by the default scheduler (an update the policy would have refused)
+    held = copycat("patched", copy, "scheduler")
+    held["metadata"]["annotations"] = {}
+    held["spec"]["schedulingGates"] = [{"name": "e2e.gpuslice.io/hold"}]
+    uid = h.create_pod(kube, ns, held)["metadata"]["uid"]
+    own = AllocationRecord(uid, NODE, h.record(victim).gpus, "v100-25", 250, 8192)  # type: ignore[union-attr]
+    kube.patch_pod(ns, "patched", {"metadata": {"annotations": {ANNOTATION: own.encode()}},
+                                   "spec": {"schedulingGates": []}}, MERGE_PATCH)
+    for name in ("copy-by-scheduler", "patched"):
+        assert h.wait_bound(gs.kube, ns, name, timeout=60)["spec"]["nodeName"] == NODE
+    why = {"copy-by-name": "not this pod", "copy-by-scheduler": "not this pod", "forged": "not this pod",
+           "patched": "asks for no v100-25"}
+    seen = {name: _no_card(gs, node, agent, ns, name, text) for name, text in why.items()}
     refused_now = _metric(agent, "gpuslice_agent_records_refused_total")
-    assert sum(refused_now.values()) - before >= 3, refused_now
-    assert any('reason="other-pod"' in k for k in refused_now), refused_now
+    assert sum(refused_now.values()) - before >= 4, refused_now
+    assert refused_now['{reason="other-pod"}'] >= 3 and refused_now['{reason="not-asked"}'] >= 1, refused_now
     # the victim keeps its card, untouched
     assert assert_handed(node, agent, running(gs.kube, victim["metadata"]["namespace"], "victim")).gpus[0] in {
         c["uuid"] for c in CARDS}

@@ -90,7 +90,7 @@ class Pod:
                 "uid": self.uid,
                 "name": self.name,
                 "namespace": "default",
-                "annotations": {ANNOTATION: record.encode()},
+                "annotations": {ANNOTATION: record.encode(), "gpuslice.io/product": product},
             },
             "spec": {"nodeName": node},
             "status": {

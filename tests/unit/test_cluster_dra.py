@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from extender.asks import AskReader, ClaimUnavailable, PodSpecError, claim_request
 from extender.cluster.dra import ClaimResolver, claim_products, device_class_name, product_of_device_class
+from packing.asks import AskReader, ClaimUnavailable, PodSpecError, claim_request
 from packing.kube.client import KubeError
 from packing.products import RequestError, load_catalog
 

@@ -11,7 +11,7 @@ from enforcement.events import RecordingEventSink
 from enforcement.pods import MIB, PodIndex, container_ids
 from enforcement.refusals import REFUSED, Refusals
 from packing.kube.informer import Informer
-from packing.record import ANNOTATION, OTHER_NODE, OTHER_POD, UNREADABLE, AllocationRecord
+from packing.record import ANNOTATION, NOT_ASKED, OTHER_NODE, OTHER_POD, UNREADABLE, AllocationRecord
 from tests.unit.test_cluster_informer import Stream
 
 UID = "0e2d6f4e-8b1a-4d7c-9c3b-2f1e5a6b7c8d"
@@ -25,8 +25,15 @@ def pod(
     annotation: str | None = None,
     phase: str = "Running",
     containers: dict[str, str] | None = None,
+    asks: str | None = "v100-25",
 ) -> dict[str, Any]:
+    """A pod on node-a asking for ``asks`` by annotation ("claim": by a DRA claim; None: for nothing)."""
     annotations = {}
+    spec: dict[str, Any] = {"nodeName": "node-a"}
+    if asks == "claim":
+        spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+    elif asks is not None:
+        annotations["gpuslice.io/product"] = asks
     if record is not None:
         annotations[ANNOTATION] = record.encode()
     if annotation is not None:
@@ -34,7 +41,7 @@ def pod(
     statuses = [{"name": n, "containerID": cid} for n, cid in (containers or {}).items()]
     return {
         "metadata": {"uid": uid, "name": name, "namespace": "ml", "annotations": annotations, "resourceVersion": "7"},
-        "spec": {"nodeName": "node-a"},
+        "spec": spec,
         "status": {"phase": phase, "containerStatuses": statuses},
     }
 
@@ -83,6 +90,27 @@ def test_a_bad_record_is_refused_with_a_reason(item: dict[str, Any], reason: str
     assert reason in index.rejected()[UID]
 
 
+@pytest.mark.parametrize(("asks", "product", "managed"), [
+    ("v100-25", "v100-25", True),
+    ("claim", "v100-25", True),  # a DRA claim names its product itself (the DRA path reads it)
+    (None, "v100-25", False),  # its own uid, this node, and it asks for nothing: a record put on it by hand
+    ("v100-25", "v100-100", False),  # asks for a quarter, records a whole card
+])
+def test_a_record_hands_a_card_only_to_a_pod_that_asks_for_its_product(asks: str | None, product: str,
+                                                                      managed: bool) -> None:
+    refusals = Refusals("node-a")
+    index = PodIndex("node-a", refusals)
+    milli, mib = {"v100-25": (250, 8192), "v100-100": (1000, 32768)}[product]
+    index.replace([pod(record=AllocationRecord(UID, "node-a", (GPU0,), product, milli, mib), asks=asks)])
+    assert (index.get(UID) is not None) == managed
+    if not managed:
+        assert f"asks for no {product}" in index.rejected()[UID] and refusals.totals()[NOT_ASKED] == 1
+    by_resource = pod(record=AllocationRecord(UID, "node-a", (GPU0,), product, milli, mib), asks=None)
+    by_resource["spec"]["containers"] = [{"name": "m", "resources": {"limits": {"gpuslice.io/v100-25": "1"}}}]
+    index.replace([by_resource])
+    assert (index.get(UID) is not None) == (product == "v100-25")
+
+
 def test_a_refused_record_is_told_once_by_an_event_and_counted_by_reason() -> None:
     events = RecordingEventSink()
     refusals = Refusals("node-a", events)
@@ -94,7 +122,7 @@ def test_a_refused_record_is_told_once_by_an_event_and_counted_by_reason() -> No
     assert [(e.reason, e.namespace, e.pod, e.pod_uid) for e in events.events] == [(REFUSED, "ml", "trainer", UID)] * 2
     assert "names claim a-running-slice-pod, not this pod" in events.events[0].message
     assert "node-a" in events.events[0].message
-    assert refusals.totals() == {OTHER_POD: 2, OTHER_NODE: 0, UNREADABLE: 0}
+    assert refusals.totals() == {OTHER_POD: 2, OTHER_NODE: 0, UNREADABLE: 0, NOT_ASKED: 0}
     index.apply("DELETED", copy)
     index.apply("ADDED", pod(uid="22222222-0000-4000-8000-000000000000", annotation="{"))
     assert refusals.totals()[UNREADABLE] == 1 and len(events.events) == 3

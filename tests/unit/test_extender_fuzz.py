@@ -30,7 +30,6 @@ from hypothesis import strategies as st
 from kubernetes import client as k8s
 
 from extender.app import create_app
-from extender.asks import AskReader
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
 from extender.cluster.serve import ClusterRuntime, create_cluster_app
@@ -38,6 +37,7 @@ from extender.config import ExtenderConfig
 from extender.samples import binding_args, filter_args, gpu_node, pod
 from extender.standalone import build_state
 from extender.state import ExtenderState
+from packing.asks import AskReader
 from packing.products import load_catalog
 
 CATALOG = load_catalog()

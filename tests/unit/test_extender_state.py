@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from extender.asks import PodAsk
 from extender.config import ExtenderConfig
 from extender.decide import BindCode, Code, reason_for
 from extender.inventory import synthetic_cards
@@ -24,6 +23,7 @@ from extender.samples import pod
 from extender.standalone import MemoryBinder, build_state
 from extender.state import BindError, ExtenderState, StateConfig
 from extender.wire import BindingArgs, ExtenderArgs
+from packing.asks import PodAsk
 from packing.ledger import Ledger
 from packing.policies import get_policy
 from packing.products import load_catalog

@@ -11,12 +11,12 @@ import pytest
 from flask.testing import FlaskClient
 
 from extender.app import create_app
-from extender.asks import PodAsk
 from extender.config import ExtenderConfig
 from extender.history.book import DemandBook
 from extender.samples import binding_args, filter_args, pod
 from extender.standalone import build_state
 from extender.state import ExtenderState
+from packing.asks import PodAsk
 from packing.demand import (
     DEPARTED,
     LOST,

@@ -6,9 +6,9 @@ import copy
 import json
 from typing import Any
 
-from extender.asks import PodAsk
 from extender.history.book import DemandBook
 from extender.history.store import LABEL, ConfigMapStore
+from packing.asks import PodAsk
 from packing.demand import LOST, parse_header, parse_row
 from packing.kube.client import KubeError
 from packing.products import load_catalog

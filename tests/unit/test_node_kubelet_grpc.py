@@ -76,7 +76,8 @@ def managed_pod(name: str = "trainer", uid: str = POD_UID, gpu: str = GPU_A,
     milli, mib = {"v100-25": (250, 8192), "v100-50": (500, 16384)}[product]
     record = AllocationRecord(uid, NODE, (gpu,), product, milli, mib)
     return {"metadata": {"uid": uid, "name": name, "namespace": "ml", "annotations": {ANNOTATION: record.encode()}},
-            "spec": {"nodeName": NODE}, "status": {"phase": "Pending"}}
+            "spec": {"nodeName": NODE, "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}]},
+            "status": {"phase": "Pending"}}
 
 
 def claim_obj(reserved: list[dict[str, Any]] | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 from enforcement.cdi import SETTLE_S, SpecDir
 from enforcement.edits import ContainerEdits, EditsConfig
 from enforcement.events import RecordingEventSink
-from enforcement.handoff import Writer
+from enforcement.handoff import RecordLookup, Writer
 from enforcement.kubeletapi.stubs import nri_pb2, ttrpc_pb2
 from enforcement.nri import EVENTS, NriPlugin, pod_device
 from enforcement.pods import PodIndex
@@ -97,14 +97,37 @@ class Runtime:
         self.server.close()
 
 
+class Cluster:
+    """The API server's pods (the plugin reads a sandbox's pod there when the node's watch has not shown it)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, Any]] = {}
+
+    def add(self, sandbox: Any, asks: str | None = "v100-25") -> None:
+        """The pod of ``sandbox`` as the API shows it: its annotations, asking for ``asks`` by annotation."""
+        annotations = {**dict(sandbox.annotations), **({"gpuslice.io/product": asks} if asks else {})}
+        self.objects[f"/api/v1/namespaces/{sandbox.namespace}/pods/{sandbox.name}"] = {
+            "metadata": {"uid": sandbox.uid, "name": sandbox.name, "namespace": sandbox.namespace,
+                         "annotations": annotations}, "spec": {"nodeName": "node-a"}}
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        return self.objects.get(path)
+
+
+CLUSTER = Cluster()
+
+
 @pytest.fixture
 def setup() -> Iterator[tuple[Runtime, NriPlugin, SpecDir, threading.Event]]:
     tmp = Path(tempfile.mkdtemp(prefix="gs-nri-"))
     runtime = Runtime(tmp / "nri.sock")
     specs = SpecDir(tmp / "cdi")
     limiter = installed(tmp)
+    CLUSTER.objects.clear()
+    CLUSTER.add(pod())
+    index = PodIndex("node-a", Refusals("node-a", RecordingEventSink()))
     plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp, limiter=limiter)),
-                       PodIndex("node-a", Refusals("node-a", RecordingEventSink())), "node-a")
+                       RecordLookup(index, CLUSTER), "node-a")  # type: ignore[arg-type]
     stop = threading.Event()
     thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
     thread.start()
@@ -177,18 +200,23 @@ def sandbox(record: str, uid: str = UID) -> Any:
 
 
 COPY = AllocationRecord("a-running-slice-pod", "node-a", (GPU,), "v100-25", 250, 8192).encode()
+OWN = AllocationRecord(UID, "node-a", (GPU,), "v100-25", 250, 8192).encode()
 
 
-@pytest.mark.parametrize("bad, message, reason", [
-    (pod(node="node-b"), "names node 'node-b'", "other-node"),
-    (pod(record="{nope"), "gpuslice.io/allocation annotation is unreadable", "unreadable"),
-    (sandbox(COPY), "names claim a-running-slice-pod, not this pod", "other-pod"),  # a copy of another pod's
+@pytest.mark.parametrize("bad, message, reason, asks", [
+    (pod(node="node-b"), "names node 'node-b'", "other-node", "v100-25"),
+    (pod(record="{nope"), "gpuslice.io/allocation annotation is unreadable", "unreadable", "v100-25"),
+    (sandbox(COPY), "names claim a-running-slice-pod, not this pod", "other-pod", "v100-25"),  # another pod's
+    (sandbox(OWN), "asks for no v100-25", "not-asked", None),  # its own uid, patched on; it asks for nothing
 ])
 def test_a_record_it_may_not_honour_fails_the_container_creation_and_is_told(
-        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event], bad: Any, message: str, reason: str) -> None:
+        setup: tuple[Runtime, NriPlugin, SpecDir, threading.Event], bad: Any, message: str, reason: str,
+        asks: str | None) -> None:
     runtime, plugin, specs, _ = setup
-    assert plugin.index.refusals is not None
-    events = plugin.index.refusals.events
+    CLUSTER.add(bad, asks)
+    refusals = plugin.lookup.index.refusals
+    assert refusals is not None
+    events = refusals.events
     assert isinstance(events, RecordingEventSink)
     runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=bad), nri_pb2.Empty())  # the sandbox starts
     for _ in range(2):  # the kubelet retries the creation: refused each time, told once
@@ -199,7 +227,7 @@ def test_a_record_it_may_not_honour_fails_the_container_creation_and_is_told(
     assert not (specs.root.parent / "limiter" / "state" / UID).exists()
     assert [(e.reason, e.pod, e.pod_uid) for e in events.events] == [(REFUSED, bad.name, UID)]
     assert message in events.events[0].message
-    assert plugin.index.refusals.totals()[reason] == 1
+    assert refusals.totals()[reason] == 1
     _, status = runtime.call("UpdateContainer", nri_pb2.Empty(), nri_pb2.Empty())
     assert status.code == 12  # unimplemented, said so
 
@@ -214,6 +242,8 @@ def test_synchronize_removes_the_specs_of_sandboxes_gone_while_away(
     left = pod()
     left.uid = gone
     left.annotations[ANNOTATION] = AllocationRecord(gone, "node-a", (GPU,), "v100-25", 250, 8192).encode()
+    left.name = "left"
+    CLUSTER.add(left)
     runtime.call("StateChange", nri_pb2.StateChangeEvent(event=1, pod=left), nri_pb2.Empty())
     state = specs.root.parent / "limiter" / "state"
     assert (state / gone).is_dir() and (state / UID).is_dir()

@@ -3,7 +3,7 @@ tolerations, and a node's labels, taints and cordon, as the plain data of ``pack
 
 The queue places a gated pod only on a node it may use, so a reservation is always one kube-scheduler
 can honour. Pods: ``MalformedConstraints`` for wrong JSON types (a body no API server produces;
-``extender.asks`` answers it as a malformed pod); the values
+``packing.asks`` answers it as a malformed pod); the values
 themselves are kept as written (an operator the API would refuse makes its term match nothing, as in
 kube-scheduler). Nodes: entries of the wrong type are skipped and counted as nothing, so a node
 never fails its inventory for its taints. Both are put in a canonical order (selectors, values and

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from extender.asks import AskReader, MalformedPod, PodSpecError, direct_request, time_limit_of
-from extender.constraints import pod_constraints
 from extender.samples import pod
+from packing.asks import AskReader, MalformedPod, PodSpecError, asks_for, direct_request, time_limit_of
+from packing.constraints import pod_constraints
 from packing.products import load_catalog
 
 CATALOG = load_catalog()
@@ -186,3 +186,37 @@ def test_a_node_selector_on_the_gpu_product_label_pins_the_model() -> None:
     p["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": 7}
     with pytest.raises(MalformedPod, match="nodeSelector"):
         direct_request(p, catalog)
+
+
+# ---- asks_for: does the pod ask for its record's product (the node agent's check) --------------------
+
+def _asking(how: str | None, product: str = "v100-25") -> dict[str, object]:
+    doc = pod("p")
+    if how == "resource":
+        doc["spec"]["containers"][0]["resources"] = {"limits": {f"gpuslice.io/{product}": "1"}}
+    elif how == "annotation":
+        doc["metadata"]["annotations"] = {"gpuslice.io/product": f" {product} "}
+    elif how == "claim":
+        doc["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimTemplateName": "any"}]
+    return doc
+
+
+@pytest.mark.parametrize(("how", "asked", "record", "expected"), [
+    ("resource", "v100-25", "v100-25", True),
+    ("annotation", "v100-25", "v100-25", True),
+    ("claim", "", "v100-100", True),  # a claim names its product itself
+    ("resource", "v100-25", "v100-100", False),
+    ("annotation", "v100-50", "v100-25", False),
+    (None, "", "v100-25", False),
+    (None, "", None, False),
+    ("annotation", "v100-50", None, True),  # a record without a product: any ask will do
+])
+def test_asks_for_reads_every_way_of_asking(how: str | None, asked: str, record: str | None, expected: bool) -> None:
+    assert asks_for(_asking(how, asked or "v100-25"), record, CATALOG) is expected
+
+
+def test_asks_for_says_malformed_for_wrong_types() -> None:
+    doc = pod("p")
+    doc["metadata"]["annotations"] = ["not", "a", "map"]
+    with pytest.raises(MalformedPod):
+        asks_for(doc, "v100-25", CATALOG)

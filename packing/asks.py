@@ -22,8 +22,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from extender.constraints import MalformedConstraints, pod_constraints
-from extender.inventory import PRODUCT_LABEL
+from packing.constraints import MalformedConstraints, pod_constraints
+from packing.inventory import PRODUCT_LABEL
 from packing.products import Catalog, Request, RequestError
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
@@ -236,6 +236,22 @@ def claim_request(pod: Mapping[str, Any], catalog: Catalog, claims: ClaimLookup 
         return catalog.request(product, sum(n for _, n in asks), model=model_pin(pod))
     except RequestError as e:
         raise PodSpecError(str(e)) from None
+
+
+def asks_for(pod: Mapping[str, Any], product: str | None, catalog: Catalog) -> bool:
+    """Does ``pod`` ask for ``product`` (any product when None), as far as the pod alone says? By the
+    extended resource ``<prefix>/<product>``, by the annotation naming it, or by a DRA claim (which
+    product a claim names is the claim's to say, so any claim counts). The node agent hands a card
+    only to a pod that asks for its record's product. MalformedPod for wrong JSON types."""
+    prefix = catalog.resource_prefix + "/"
+    resources = {name.removeprefix(prefix) for name in resource_asks(pod, catalog.resource_prefix)}
+    metadata = _mapping(pod.get("metadata"), "Pod.metadata")
+    named = _mapping(metadata.get("annotations"), "Pod.metadata.annotations").get(product_annotation(catalog))
+    if isinstance(named, str) and named.strip():
+        resources.add(named.strip())
+    if product is None:
+        return bool(resources) or bool(pod_claim_refs(pod))
+    return product in resources or (not resources and bool(pod_claim_refs(pod)))
 
 
 def model_pin(pod: Mapping[str, Any]) -> str | None:

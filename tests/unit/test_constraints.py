@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from extender.asks import AskReader, MalformedPod
 from extender.cache import ClaimCache
-from extender.constraints import node_facts, pod_constraints
 from extender.decide import PolicyUse
 from extender.inventory import inventory_of_node
 from extender.samples import pod
+from packing.asks import AskReader, MalformedPod
+from packing.constraints import node_facts, pod_constraints
 from packing.ledger import Ledger
 from packing.node_fit import NodeConstraints, NodeFacts, Requirement, Taint, Term, Toleration
 from packing.policies import BEST_FIT
