@@ -192,8 +192,7 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api: Ku
         inventory.subscribe(side.slices.update)
         _thread(side, "resourceslice", side.slices.run, side.stop, args.slice_resync)
         try:  # the watchdog must run even when the kubelet plugin cannot: say so, do not exit
-            driver = DraDriver(api, lookup, writer, Checkpoint(args.state_dir / "dra-checkpoint.json"),
-                               args.node_name)
+            driver = DraDriver(api, lookup, writer, Checkpoint(args.state_dir / "dra-checkpoint.json"))
             side.dra = DraServer(driver, args.kubelet_dir).start()
         except (OSError, CheckpointError) as e:
             side.problem = f"DRA plugin not served: {e}"
@@ -214,7 +213,7 @@ def start(args: argparse.Namespace, source: CardSource, index: PodIndex, api: Ku
     if args.nri:
         from enforcement.nri import NriPlugin
 
-        side.nri = NriPlugin(args.nri_socket, writer, lookup, args.node_name)
+        side.nri = NriPlugin(args.nri_socket, writer, lookup)
         _thread(side, "nri", side.nri.run, side.stop)
     _thread(side, "inventory", inventory.run, side.stop, time.monotonic, args.inventory_every)
     _thread(side, "node-side-report", side.report)

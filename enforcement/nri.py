@@ -178,11 +178,10 @@ class _Conn:
 class NriPlugin:
     """Hands annotation-only pods their slice at container creation (see the module docstring)."""
 
-    def __init__(self, socket_path: Path, writer: Writer, lookup: RecordLookup, node: str) -> None:
+    def __init__(self, socket_path: Path, writer: Writer, lookup: RecordLookup) -> None:
         self.socket_path = socket_path
         self.writer = writer
         self.lookup = lookup
-        self.node = node
         self.connected = threading.Event()
         self.ever_connected = False
         self.handed = 0

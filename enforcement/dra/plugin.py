@@ -49,12 +49,11 @@ def claim_device(claim_uid: str) -> str:
 class DraDriver:
     """Prepare and unprepare claims (the logic; :class:`DraServer` puts it on gRPC)."""
 
-    def __init__(self, api: Kube, lookup: RecordLookup, writer: Writer, checkpoint: Checkpoint, node: str) -> None:
+    def __init__(self, api: Kube, lookup: RecordLookup, writer: Writer, checkpoint: Checkpoint) -> None:
         self.api = api
         self.lookup = lookup
         self.writer = writer
         self.checkpoint = checkpoint
-        self.node = node
         self._locks: dict[str, threading.Lock] = {}  # one prepare/unprepare per claim at a time, never node-wide
         self._locks_lock = threading.Lock()
         self.prepared_count = 0  # prepares that did the work (not answered from the checkpoint)

@@ -105,7 +105,7 @@ def world() -> Iterator[dict[str, Any]]:
 
 def dra(world: dict[str, Any]) -> tuple[DraDriver, DraServer]:
     checkpoint = Checkpoint(world["tmp"] / "state" / "dra-checkpoint.json")
-    driver = DraDriver(world["api"], world["lookup"], world["writer"], checkpoint, NODE)
+    driver = DraDriver(world["api"], world["lookup"], world["writer"], checkpoint)
     return driver, DraServer(driver, world["tmp"] / "kubelet").start()
 
 

@@ -127,7 +127,7 @@ def setup() -> Iterator[tuple[Runtime, NriPlugin, SpecDir, threading.Event]]:
     CLUSTER.add(pod())
     index = PodIndex("node-a", Refusals("node-a", RecordingEventSink()))
     plugin = NriPlugin(tmp / "nri.sock", Writer(specs, lambda: {GPU: 0}, EditsConfig(dev_root=tmp, limiter=limiter)),
-                       RecordLookup(index, CLUSTER), "node-a")  # type: ignore[arg-type]
+                       RecordLookup(index, CLUSTER))  # type: ignore[arg-type]
     stop = threading.Event()
     thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
     thread.start()
