@@ -43,11 +43,9 @@ def plain(result: Any) -> str:
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[Any]:
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0",
-                                       silence_logs=40, memory_limit=0)
-    with distributed.Client(cluster) as c:
+    with dask_sweep.client_for(2, None) as c:  # the local cluster ``--workers 2`` starts
         yield c
-    cluster.close()
+    c.cluster.close()
 
 
 @pytest.mark.timeout(300)
@@ -81,6 +79,26 @@ def test_a_worker_lost_mid_sweep_costs_only_its_tasks(client: Any) -> None:
 
     results = dask_sweep.run(TASKS, work, SETTINGS, progress, client=client)
     assert killed
+    assert [plain(r) for r in results] == [plain(r) for r in serial]
+    client.wait_for_workers(2, timeout=60)
+
+
+@pytest.mark.timeout(300)
+def test_every_worker_lost_at_once_the_workloads_are_scattered_again(client: Any) -> None:
+    # the scattered workloads die with their last holders: the scheduler cancels the tasks that need
+    # them, and the sweep must scatter again and resubmit, not fail or hang
+    work = workloads()
+    serial = [command_a.run_task(t, work[t[1]], SETTINGS) for t in TASKS]
+    killed: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        if done == 2 and not killed:
+            for pid in client.run(os.getpid).values():
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+
+    results = dask_sweep.run(TASKS, work, SETTINGS, progress, client=client)
+    assert len(killed) == 2
     assert [plain(r) for r in results] == [plain(r) for r in serial]
     client.wait_for_workers(2, timeout=60)
 
