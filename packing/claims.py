@@ -27,6 +27,21 @@ class QueueError(ValueError):
     """A queue operation refused; the queue and the ledger are unchanged."""
 
 
+@dataclass(frozen=True, slots=True)
+class MemberOf:
+    """A claim's pod group (a gang): its ``name`` (unique within the namespace) and the ``size`` its
+    member declared. The group starts all together or not at all (``packing.group_book``)."""
+
+    name: str
+    size: int
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise QueueError("a pod group needs a non-empty name")
+        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+            raise QueueError(f"pod group {self.name}: size must be a whole number >= 1, got {self.size!r}")
+
+
 class UnknownClaimError(QueueError, KeyError):
     """The queue knows no such claim (neither waiting nor running)."""
 
@@ -37,8 +52,9 @@ class UnknownClaimError(QueueError, KeyError):
 @dataclass(frozen=True, slots=True)
 class WaitingClaim:
     """A claim asking for a slice. Keywords after ``request``: ``arrived_at`` (required), ``priority``
-    (higher goes first) and ``time_limit`` (declared, enforced maximum runtime in seconds). Where its
-    pod may go travels with what it asks for: ``request.constraints`` (``packing.node_fit``)."""
+    (higher goes first), ``time_limit`` (declared, enforced maximum runtime in seconds) and ``group``
+    (its pod group, when it is one of a gang). Where its pod may go travels with what it asks for:
+    ``request.constraints`` (``packing.node_fit``)."""
 
     claim: str
     namespace: str
@@ -47,6 +63,7 @@ class WaitingClaim:
     arrived_at: float
     priority: int = 0
     time_limit: float | None = None
+    group: MemberOf | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.claim, str) or not self.claim:
@@ -61,6 +78,8 @@ class WaitingClaim:
             raise QueueError(f"claim {self.claim}: priority must be an integer, got {self.priority!r}")
         if self.time_limit is not None and not (finite(self.time_limit) and self.time_limit > 0):
             raise QueueError(f"claim {self.claim}: time_limit must be a positive number of seconds or None")
+        if self.group is not None and not isinstance(self.group, MemberOf):
+            raise QueueError(f"claim {self.claim}: group must be a packing.claims.MemberOf or None")
 
     @property
     def product(self) -> str:

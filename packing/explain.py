@@ -26,8 +26,21 @@ WAITING_FOR_RESERVATION = "WaitingForReservation"
 BLOCKED_BY_HEAD_OF_LINE = "BlockedByHeadOfLine"
 UNSATISFIABLE = "Unsatisfiable"
 ADMISSIBLE = "Admissible"  # only when explain runs before admit: the next step starts it
-REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE)
+WAITING_FOR_MEMBERS = "WaitingForMembers"  # a pod group with fewer members than its size
+INVALID_GROUP = "InvalidGroup"  # a pod group whose members disagree on its size, or too many members
+REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE,
+           WAITING_FOR_MEMBERS, INVALID_GROUP)
 FITS_NOW = "fits now: the next admission step starts it"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """The pod group a waiting claim belongs to: its name, the members present (waiting and
+    running) and the size they declared."""
+
+    name: str
+    present: int
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +57,7 @@ class Explanation:
     waited: float
     priority: int = 0
     estimated_start: float | None = None  # WaitingForReservation: when declared ends make it fit
+    group: GroupStatus | None = None  # a member of a pod group: the group waits as one (its reason, its place)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view (for the pod event/condition and the state endpoint)."""
@@ -73,7 +87,7 @@ def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, 
     """An ``Explanation(...)`` equivalent that sets the slots directly: the frozen dataclass's
     ``__init__`` goes through ``object.__setattr__`` per field, half of explain's time per claim."""
     assert not hasattr(Explanation, "__post_init__"), "the fast constructor would skip __post_init__"
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9 = (Explanation.__dict__[f.name].__set__ for f in fields(Explanation))
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10 = (Explanation.__dict__[f.name].__set__ for f in fields(Explanation))
     new = object.__new__
 
     def make(claim: str, namespace: str, product: str, position: int, product_position: int, reason: str,
@@ -89,6 +103,7 @@ def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, 
         s7(e, waited)
         s8(e, priority)
         s9(e, estimated_start)
+        s10(e, None)  # group members are explained by the queue, from their group's entry
         return e
 
     return make

@@ -17,16 +17,20 @@ the simulator drive it through ``arrive``,
   ``step(view)`` decides each step's admissions.
 
 The plain data (``WaitingClaim``, ``Admission``, policy names, errors) lives in ``packing.claims``,
-the reasons and the explain pass in ``packing.explain``; both are re-exported here.
+the reasons and the explain pass in ``packing.explain``; both are re-exported here. Claims of a pod
+group (``WaitingClaim.group``) wait as one unit, all admitted in one step or none
+(``packing.group_line``: the group book, its one entry in line, its view and its front).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Literal
 
-from packing.admission import AdmissionView, Strategy, make_strategy
+from packing.admission import Strategy, make_strategy
+from packing.admission.holds import Holds
 from packing.admission.view import choose_allowed
 from packing.claims import (
     ADMISSION_POLICIES,
@@ -38,6 +42,7 @@ from packing.claims import (
     DRAIN_SOONEST,
     STRICT_FIFO,
     Admission,
+    MemberOf,
     QueueError,
     UnknownClaimError,
     WaitingClaim,
@@ -50,17 +55,23 @@ from packing.explain import (
     ADMISSIBLE,
     BLOCKED_BY_HEAD_OF_LINE,
     FITS_NOW,
+    INVALID_GROUP,
     NO_CAPACITY,
     QUOTA_EXCEEDED,
     REASONS,
     UNSATISFIABLE,
+    WAITING_FOR_MEMBERS,
     WAITING_FOR_RESERVATION,
     ClassFacts,
     Explanation,
+    GroupStatus,
     capacity_message,
     explain_in_order,
     unsatisfiable_message,
 )
+from packing.group_admission import GroupLens, GroupView
+from packing.group_book import GroupRequest, is_entry
+from packing.group_line import GroupLine
 from packing.ledger import Allocation, Ledger, Node
 from packing.policies import BEST_FIT, Policy
 from packing.products import Request
@@ -69,13 +80,15 @@ from packing.waiting_order import WaitingOrder
 
 __all__ = [  # the queue's public names, wherever they are defined (the extender and simulator import them here)
     "ADMISSIBLE", "ADMISSION_POLICIES", "AGING_GUARD", "BEST_EFFORT_FIFO", "BLOCKED_BY_HEAD_OF_LINE",
-    "DEFAULT_ADMISSION", "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "DRAIN_SOONEST", "NO_CAPACITY",
-    "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE", "WAITING_FOR_RESERVATION", "Admission",
-    "ClaimQueue", "Explanation", "QueueError", "UnknownClaimError", "WaitingClaim",
+    "DEFAULT_ADMISSION", "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "DRAIN_SOONEST", "INVALID_GROUP",
+    "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE", "WAITING_FOR_MEMBERS",
+    "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "GroupStatus", "MemberOf", "QueueError",
+    "UnknownClaimError", "WaitingClaim",
 ]
 
 
 MAX_CACHED_SHAPES = 4096  # satisfiability memo entries (request shapes, node constraints included)
+NON_AGING = (BEST_EFFORT_FIFO, STRICT_FIFO)  # strategies that hold nothing for a starving claim, nor for a group
 
 
 class ClaimQueue:
@@ -117,6 +130,7 @@ class ClaimQueue:
         self._order = WaitingOrder()
         self._book = RunningBook()
         self._holdable: dict[Request, tuple[bool, Node | None, int]] = {}
+        self._groups = GroupLine(self._order, self._book, ledger)  # pod groups: members wait as one entry
 
     # ---- events ---------------------------------------------------------------------------------
 
@@ -129,19 +143,27 @@ class ClaimQueue:
         if held is not None:
             raise QueueError(f"claim {claim.claim} already holds a slice on {held.node}; record it with start()")
         self._seq += 1
+        if claim.group is not None:
+            self._groups.arrive(claim, self._seq)
+            return
         self._order.add(claim, self._seq)
 
     def withdraw(self, claim: str) -> bool:
-        """Take a waiting claim out of line (its pod was deleted); False when it is not waiting."""
-        if claim not in self._order:
+        """Take a waiting claim out of line (its pod was deleted); False when it is not waiting. A pod
+        group's member leaves its group, which keeps its place and waits for it again."""
+        if self._groups.withdraw(claim):
+            return True
+        if claim not in self._order or is_entry(claim):
             return False
         self._order.remove(claim)
         return True
 
-    def start(self, claim: str, namespace: str, request: Request, now: float, time_limit: float | None = None) -> None:
+    def start(self, claim: str, namespace: str, request: Request, now: float, time_limit: float | None = None,
+              group: MemberOf | None = None) -> None:
         """Track a claim that already holds its slice in the ledger (rebuilt from the API, or bound
         outside the queue), so its entitlement usage and declared end count. A waiting claim of
-        that id leaves the line. Usage may exceed an entitlement this way; admission then waits."""
+        that id leaves the line. Usage may exceed an entitlement this way; admission then waits.
+        ``group``: its pod group (else the group it waited in), whose members present it counts in."""
         if not _finite(now):
             raise QueueError(f"now must be a finite number, got {now!r}")
         if time_limit is not None and not (_finite(time_limit) and time_limit > 0):
@@ -150,11 +172,19 @@ class ClaimQueue:
             raise QueueError(f"claim {claim} is already running")
         if claim not in self.ledger.allocations:
             raise QueueError(f"claim {claim} holds no slice in the ledger; place it before start()")
+        if group is not None and not isinstance(group, MemberOf):
+            raise QueueError(f"claim {claim}: group must be a packing.claims.MemberOf or None")
+        if is_entry(claim):
+            raise QueueError(f"claim id {claim!r} is reserved for pod groups' places in line")
+        member = self._groups.waiting_claim(claim)
+        group = group if group is not None else member.group if member is not None else None
         if claim in self._order:
             self._order.remove(claim)
         self._seq += 1
         ends = now + time_limit if time_limit is not None else None
         self._book.add(claim, RunningClaim(namespace, request, now, ends, None, self._seq))
+        if group is not None:
+            self._groups.started(claim, namespace, group, now, self._seq)
 
     def depart(self, claim: str, now: float) -> None:
         """A running claim ended: release its slice (if the ledger still holds it) and its usage."""
@@ -165,10 +195,12 @@ class ClaimQueue:
         if claim in self.ledger.allocations:
             self.ledger.release(claim)
         self._book.finish(claim, now)
+        self._groups.departed(claim)
 
     def requeue(self, claim: str) -> None:
         """Put an admitted claim back in line at its original place (its bind failed): its slice is
-        released; a claim recorded with start() has no place to go back to (QueueError)."""
+        released; a claim recorded with start() has no place to go back to (QueueError). A pod
+        group's member goes back with every member of its group that is only reserved."""
         run = self._book.get(claim)
         if run is None:
             raise UnknownClaimError(f"claim {claim} is not running in this queue")
@@ -177,28 +209,40 @@ class ClaimQueue:
         if claim in self.ledger.allocations:
             self.ledger.release(claim)
         self._book.remove(claim)
-        self._order.add(run.origin, run.seq)
+        self._back_in_line(claim, run)
+
+    def _back_in_line(self, claim: str, run: RunningClaim) -> list[Allocation]:
+        """An admitted claim, out of the running book, returns to its place; a pod group's member with
+        its group's reserved members (whose released allocations are returned)."""
+        assert run.origin is not None
+        if run.origin.group is None:
+            self._order.add(run.origin, run.seq)
+            return []
+        return self._groups.back_in_line(claim, run)
 
     def expire(self, now: float) -> list[Allocation]:
-        """Cancel the ledger's lapsed reservations; the queue's own go back in line at their place.
+        """Cancel the ledger's lapsed reservations; the queue's own go back in line at their place (a pod
+        group's member with its group's other reserved members, whose reservations end too).
 
-        Returns every expired allocation. ``admit`` calls this first.
+        Returns every allocation released. ``admit`` calls this first.
         """
         expired = self.ledger.expire(now)
-        for alloc in expired:
+        for alloc in list(expired):
             run = self._book.get(alloc.claim)
             if run is None:
                 continue
             self._book.remove(alloc.claim)
             if run.origin is not None:
-                self._order.add(run.origin, run.seq)
+                expired.extend(self._back_in_line(alloc.claim, run))
         return expired
 
     def set_priority(self, claim: str, priority: int) -> None:
         """Change a claim's priority; a waiting claim moves in line (keeping its arrival)."""
         if not isinstance(priority, int) or isinstance(priority, bool):
             raise QueueError(f"priority must be an integer, got {priority!r}")
-        entry = self._order.get(claim)
+        if self._groups.set_priority(claim, priority):
+            return
+        entry = self._order.get(claim) if not is_entry(claim) else None
         run = self._book.get(claim)
         if entry is not None:
             waiting, key, _ = entry
@@ -219,8 +263,8 @@ class ClaimQueue:
     # ---- queries ----------------------------------------------------------------------------------
 
     def waiting(self) -> int:
-        """How many claims wait."""
-        return len(self._order)
+        """How many claims wait (each member of a pod group counts)."""
+        return self._groups.waiting(len(self._order))
 
     def running(self) -> int:
         """How many claims the queue tracks as holding a slice (admitted or started)."""
@@ -232,13 +276,16 @@ class ClaimQueue:
 
     def state(self, claim: str) -> Literal["waiting", "running"] | None:
         """Where ``claim`` is: in line, holding a slice, or unknown to the queue (None)."""
-        if claim in self._order:
+        if (claim in self._order and not is_entry(claim)) or self._groups.waiting_claim(claim) is not None:
             return "waiting"
         return "running" if claim in self._book else None
 
     def claim(self, claim: str) -> WaitingClaim:
         """The waiting claim of that id (UnknownClaimError otherwise)."""
-        entry = self._order.get(claim)
+        member = self._groups.waiting_claim(claim)
+        if member is not None:
+            return member
+        entry = self._order.get(claim) if not is_entry(claim) else None
         if entry is None:
             raise UnknownClaimError(f"claim {claim} is not waiting")
         return entry[0]
@@ -252,13 +299,16 @@ class ClaimQueue:
         return self._book.entitlement(namespace)
 
     def in_order(self) -> Iterator[WaitingClaim]:
-        """Waiting claims in queue order."""
-        return self._order.in_order()
+        """Waiting claims in queue order (a pod group's waiting members at their group's place)."""
+        return self._groups.in_order(self._order.in_order())
 
     def age_limit(self, product: str, request: Request | None = None) -> float:
         """T for ``product``: once a claim has waited longer, it starves (the strategies that age act).
         Its own limit, else ``default_age_limit``, else the strategy's default for requests like
-        ``request`` (``DEFAULT_AGE_LIMIT`` without one)."""
+        ``request`` (``DEFAULT_AGE_LIMIT`` without one). A pod group's entry never starves in a
+        strategy's eyes (infinite): the group front holds for it instead (``packing.group_admission``)."""
+        if isinstance(request, GroupRequest):
+            return math.inf
         limit = self.age_limits.get(product)
         if limit is not None:
             return limit
@@ -279,26 +329,37 @@ class ClaimQueue:
         """After the last step: each waiting claim the strategy holds capacity for -> the node held."""
         return {c: n for c, n in self.strategy.targets().items() if c in self._order}
 
-    def view(self, now: float) -> AdmissionView:
-        """The strategy's view of the queue at ``now`` (what ``admit`` and ``explain`` hand it)."""
+    def view(self, now: float) -> GroupView:
+        """The strategy's view of the queue at ``now`` (what ``admit`` and ``explain`` hand it); it
+        places a pod group's entry as all its members at once."""
         if not _finite(now):
             raise QueueError(f"now must be a finite number, got {now!r}")
-        return AdmissionView(now, self.ledger, self.policy, self._order, self._book, self.reservation_ttl,
-                             self._holds, self.age_limit)
+        return GroupView(now, self.ledger, self.policy, self._order, self._book, self.reservation_ttl,
+                         self._satisfiable, self.age_limit, self._groups.groups)
 
     # ---- the admission step ---------------------------------------------------------------------
 
     def admit(self, now: float) -> list[Admission]:
-        """One admission step at ``now``: reserve (or commit) slices for the claims the strategy lets in."""
+        """One admission step at ``now``: reserve (or commit) slices for the claims the strategy lets in.
+        Under a strategy that ages claims, a starving pod group at the front of the line goes first
+        (it starts, or the GPUs of its target are held for this step); a group's members are
+        admitted together, one ``Admission`` each."""
         view = self.view(now)
         self.expire(now)
-        return self.strategy.step(view)
+        holds = Holds(self.ledger)
+        try:
+            out = self._groups.front.step(view, holds) if self.admission not in NON_AGING else []
+            out += self.strategy.step(view)
+        finally:
+            holds.release_all()
+        return self._groups.members_of(view, out)
 
     # ---- explain ----------------------------------------------------------------------------------
 
     def explain(self, now: float, limit: int | None = None) -> list[Explanation]:
         """Every waiting claim in queue order (the first ``limit`` when set), with its position, one
-        reason and what it waits for.
+        reason and what it waits for. A pod group counts as one unit (``limit`` too): each of its
+        waiting members gets the group's reason and place, and ``group`` (name, present, size).
 
         Reasons describe what ``admit(now)`` does with the current ledger; call it right after
         ``admit(now)`` (then no claim is ``Admissible``). O(n) plus one fit check per class and one
@@ -310,11 +371,19 @@ class ClaimQueue:
             raise QueueError(f"limit must be a whole number >= 0 or None, got {limit!r}")
         fits: dict[Request, bool] = {}
         wants: dict[Request, str] = {}
+        held = {n for c, n in self.strategy.targets().items() if c in self._order}
+        front = self._groups.front.target
+        if front is not None:
+            held.update(node for node, _ in front.placements)
+        estimates: dict[str, float | None] = {}
 
         def facts(w: WaitingClaim) -> ClassFacts:
-            return self._class_facts(w, fits, wants)
+            group = self._groups.facts(view, w, frozenset(held), estimates)
+            return group if group is not None else self._class_facts(w, fits, wants)
 
-        return explain_in_order(self._order.ordered_entries(limit), now, facts, self.strategy.lens(view))
+        lens = GroupLens(self.strategy.lens(view), view, self._groups.front)
+        return self._groups.expand(explain_in_order(self._order.ordered_entries(limit), now, facts, lens), now,
+                                   estimates)
 
     def _class_facts(self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]) -> ClassFacts:
         """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?
@@ -336,6 +405,10 @@ class ClaimQueue:
         return ClassFacts(NO_CAPACITY, wants[r], False, product, nodes)
 
     # ---- satisfiability -----------------------------------------------------------------------
+
+    def _satisfiable(self, r: Request) -> bool:
+        """Could ``r`` ever be held: a pod group's entry all at once (``GroupLine.satisfiable``), else ``_holds``."""
+        return self._groups.satisfiable(r) if isinstance(r, GroupRequest) else self._holds(r)
 
     def _holds(self, r: Request) -> bool:
         """Could some node ``r``'s pod may use hold ``r`` when empty? Cached per shape: a yes by the
@@ -361,6 +434,7 @@ class ClaimQueue:
     # ---- bookkeeping -----------------------------------------------------------------------------
 
     def _refuse_known(self, claim: str) -> None:
+        self._groups.refuse_known(claim)
         if claim in self._order:
             raise QueueError(f"claim {claim} is already waiting")
         if claim in self._book:
@@ -371,3 +445,4 @@ class ClaimQueue:
         self._order.verify()
         self._book.verify()
         assert not set(self._order.entries) & set(self._book), "a claim both waits and runs"
+        self._groups.verify(lambda m: m in self._book)

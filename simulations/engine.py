@@ -6,8 +6,10 @@ commit reservations, arrivals join the line (``ClaimQueue.arrive``), lapsed rese
 in line (``ClaimQueue.expire``), then one admission step (``ClaimQueue.admit``) starts whatever
 the admission policy lets in, placed by the policy under the scheduler model. With a reservation
 TTL and a bind delay, admission only reserves; the bind comes after an exponential latency and
-commits, or finds the reservation lapsed (the claim is back in line and is admitted again). Deterministic for
-a seed: one random generator, seeded once, and no wall-clock or hash-order dependence.
+commits, or finds the reservation lapsed (the claim is back in line and is admitted again). With
+``gang``, a job of k > 1 whole cards is k one-card pods of one pod group (``WaitingClaim.group``):
+admitted together anywhere they fit, bound together, ended together. Deterministic for a seed: one
+random generator, seeded once, and no wall-clock or hash-order dependence.
 
 The engine keeps per-job arrays and time-weighted accumulators; ``simulations.metrics`` turns
 them into the report.
@@ -21,13 +23,13 @@ import random
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from packing.entitlements import Entitlement
 from packing.ledger import Allocation
 from packing.policies import DEFAULT_POLICY
 from packing.products import Request, model_accepts
-from packing.queue import DEFAULT_ADMISSION, ClaimQueue, WaitingClaim
+from packing.queue import DEFAULT_ADMISSION, Admission, ClaimQueue, MemberOf, WaitingClaim
 from simulations.cluster import TrackedLedger
 from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel, run_policy
 from simulations.traces import Job
@@ -60,6 +62,7 @@ class EngineConfig:
     prior: tuple[Request, ...] = ()  # what the policy's mix estimator starts from (the extender's: the catalog)
     record_placements: bool = False  # keep every admission's (job, node, GPUs, time) in Simulation.placements
     entitlements: tuple[tuple[str, Entitlement], ...] = ()  # (namespace, its entitlement), as the extender's ConfigMap
+    gang: bool = False  # a job of k > 1 whole cards runs as k one-card pods of one pod group
 
     def __post_init__(self) -> None:
         if self.bind_delay_s < 0:
@@ -126,6 +129,7 @@ class Simulation:
     backfilled: int = 0
     still_waiting: int = 0
     placements: list[tuple[str, str, tuple[str, ...], float]] = field(default_factory=list)  # (job, node, GPUs, t)
+    gangs: int = 0  # jobs run as pod groups (``EngineConfig.gang``)
 
 
 class _Clock:
@@ -184,6 +188,21 @@ def stranded_milli(ledger: TrackedLedger, waiting: Sequence[Request]) -> int:
     return stranded
 
 
+def claims_of(j: int, request: Request, gang: bool) -> list[tuple[str, Request, MemberOf | None]]:
+    """The claims job ``j`` runs as: ``j<j>`` alone, or with ``gang`` a k-card whole request as k
+    one-card members ``j<j>.<i>`` of pod group ``j<j>``."""
+    if gang and request.whole and request.count > 1:
+        one = replace(request, count=1)
+        tag = MemberOf(f"j{j}", request.count)
+        return [(f"j{j}.{i}", one, tag) for i in range(request.count)]
+    return [(f"j{j}", request, None)]
+
+
+def job_of(claim: str) -> int:
+    """The job index of a claim id ``j<j>`` or ``j<j>.<i>``."""
+    return int(claim[1:].partition(".")[0])
+
+
 def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Request], config: EngineConfig,
              seed: int, progress: Callable[[int, int], None] | None = None,
              initial: ClusterStart | None = None) -> Simulation:
@@ -225,6 +244,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     expired_total = backfilled = 0
     placements: list[tuple[str, str, tuple[str, ...], float]] = []
     heap: list[tuple[float, int, int, int]] = []  # (time, kind, job, generation)
+    members = [[c for c, _, _ in claims_of(j, r, config.gang)] for j, r in enumerate(requests)]
     events = 0
     next_report = 0
     next_job = 0
@@ -252,6 +272,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                 policy.observe(seen)
         for i, held in enumerate(initial.running):
             claim = f"j{n + i}"
+            members.append([claim])  # a live slice departs as one claim
             alloc = ledger.assign(claim, held.request, held.node, held.gpus)
             queue.start(claim, held.namespace, held.request, t0, held.time_limit)
             take(alloc)
@@ -267,44 +288,52 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
         clock.advance(now, state["alloc"], state["cards"], queue.waiting())
         while heap and heap[0][0] <= now:
             _, kind, j, gen = heapq.heappop(heap)
-            claim = f"j{j}"
             if kind == _DEPART:
-                alloc = ledger.allocations[claim]
-                queue.depart(claim, now)
-                policy.observe_departure()  # the load phase counts every departure, as the extender does
-                give(alloc)
+                for claim in members[j]:
+                    alloc = ledger.allocations[claim]
+                    queue.depart(claim, now)
+                    policy.observe_departure()  # the load phase counts every departure, as the extender does
+                    give(alloc)
                 events += 1
-            elif kind == _BIND and generation[j] == gen and claim in ledger.allocations:
-                ledger.commit(claim)
+            elif kind == _BIND and generation[j] == gen and all(c in ledger.allocations for c in members[j]):
+                for claim in members[j]:  # a group's members lapse together, so they bind together
+                    ledger.commit(claim)
                 heapq.heappush(heap, (now + runtime[j], _DEPART, j, gen))
         while next_job < n and arrival[next_job] <= now:
             job = jobs[next_job]
             if initial is None or job.name not in initial.line:  # the live line was observed (initial.observed)
                 policy.observe(requests[next_job])  # the mix estimator and the phase see every arrival, as the extender
             limit = job.duration if config.declare_limits else None
-            queue.arrive(WaitingClaim(f"j{next_job}", job.namespace, requests[next_job], arrived_at=job.arrival,
-                                      priority=job.priority, time_limit=limit))
+            for claim, request, tag in claims_of(next_job, requests[next_job], config.gang):
+                queue.arrive(WaitingClaim(claim, job.namespace, request, arrived_at=job.arrival,
+                                          priority=job.priority, time_limit=limit, group=tag))
             next_job += 1
             events += 1
         for alloc in queue.expire(now):
             give(alloc)
             expired_total += 1
+        by_job: dict[int, list[Admission]] = {}  # a group's members all start in one step
         for adm in queue.admit(now):
-            j = int(adm.claim[1:])
+            by_job.setdefault(job_of(adm.claim), []).append(adm)
+        for j, adms in by_job.items():
+            assert len(adms) == len(members[j]), f"job {j}: {len(adms)} of its {len(members[j])} pods started"
             generation[j] += 1
             start[j] = now
-            take(adm.allocation)
-            if config.record_placements:
-                placements.append((jobs[j].name, adm.allocation.node, adm.allocation.gpus, now))
-            backfilled += adm.backfill
+            for adm in adms:
+                take(adm.allocation)
+                if config.record_placements:
+                    placements.append((jobs[j].name, adm.allocation.node, adm.allocation.gpus, now))
+                backfilled += adm.backfill
             if config.bind_delay_s > 0:
                 delay = rng.expovariate(1.0 / config.bind_delay_s)
                 heapq.heappush(heap, (now + delay, _BIND, j, generation[j]))
-                assert adm.allocation.expires_at is not None
-                heapq.heappush(heap, (adm.allocation.expires_at, _WAKE, j, generation[j]))
+                expires = adms[0].allocation.expires_at
+                assert expires is not None
+                heapq.heappush(heap, (expires, _WAKE, j, generation[j]))
             else:
-                if adm.allocation.reserved:
-                    ledger.commit(adm.claim)
+                for adm in adms:
+                    if adm.allocation.reserved:
+                        ledger.commit(adm.claim)
                 if runtime[j] != NEVER:
                     heapq.heappush(heap, (now + runtime[j], _DEPART, j, generation[j]))
         if now >= next_sample and now <= clock.t1 and queue.waiting():
@@ -344,4 +373,5 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
         backfilled=backfilled,
         still_waiting=still,
         placements=placements,
+        gangs=sum(1 for m in members if len(m) > 1),
     )

@@ -435,7 +435,7 @@ def test_explanation_is_json_ready() -> None:
     doc = json.loads(json.dumps(e.as_dict()))
     assert doc == {"claim": "a", "namespace": "team", "product": "v100-50", "position": 1, "product_position": 1,
                    "reason": NO_CAPACITY, "message": e.message, "waited": 30, "priority": 2,
-                   "estimated_start": None}
+                   "estimated_start": None, "group": None}
 
 
 def test_explain_limit_returns_the_first_claims_with_their_global_positions() -> None:
