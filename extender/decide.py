@@ -51,6 +51,7 @@ class Code(StrEnum):
     INSUFFICIENT_MEMORY = "InsufficientMemory"
     ALREADY_BOUND = "AlreadyBound"
     REFUSED = "Refused"
+    WAITING_FOR_GROUP = "WaitingForGroup"  # a pod group's member the queue has not admitted with its group
     NOT_BEST_FIT = "NotBestFit"  # fits, but another node is better: left out, not failed
     OTHER = "Other"  # a misfit code the ledger added that this table does not know yet
 
@@ -137,6 +138,20 @@ def refused_everywhere(names: Sequence[str], refusal: str) -> FilterDecision:
     """A pod gpuslice refuses fails every node, unresolvably, with the refusal as its reason."""
     reason = f"{REASON_HEAD}{Code.REFUSED.value}: {refusal}"
     return FilterDecision([], {}, dict.fromkeys(names, reason), Counter({Code.REFUSED: len(set(names))}))
+
+
+def group_waits(names: Sequence[str]) -> FilterDecision:
+    """A pod group's member without a reservation: the queue places it only with its whole group, so
+    every node fails it for now (resolvable: the group's admission reserves one)."""
+    reason = (f"{REASON_HEAD}{Code.WAITING_FOR_GROUP.value}: a pod group's member starts only with its whole group, "
+              "when the queue admits the group")
+    return FilterDecision([], dict.fromkeys(names, reason), {}, Counter({Code.WAITING_FOR_GROUP: len(set(names))}))
+
+
+def group_refused(names: Sequence[str]) -> FilterDecision:
+    """A pod group's member where no queue admits groups (standalone): it never starts, and says why."""
+    return refused_everywhere(names, "pod groups (gpuslice.io/pod-group) need the cluster's queue gate; "
+                                     "standalone gpuslice places pods one by one")
 
 
 def bound_elsewhere(names: Sequence[str], node: str, request: Request) -> FilterDecision:
@@ -234,6 +249,7 @@ class BindCode(StrEnum):
     NO_FIT = "NoFit"
     IN_FLIGHT = "InFlight"
     BINDER_FAILED = "BinderFailed"
+    GROUP_INCOMPLETE = "GroupIncomplete"  # a pod group's member waited for the rest of its group in vain
 
     @property
     def ok(self) -> bool:

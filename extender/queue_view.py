@@ -5,7 +5,9 @@ Pending and unbound after the queue admitted it (kube-scheduler binds it next). 
 is the condition ``gpuslice.io/Queued`` the extender writes (``extender/cluster/pending_writer.py``):
 its reason, and a message that starts with the pod's position in line. A gated pod the extender
 has not explained yet shows ``<none>``. The line is one for the whole cluster: ``-n`` shows the
-waiting pods of one namespace with their places in that one line.
+waiting pods of one namespace with their places in that one line. A pod group's members (label
+``gpuslice.io/pod-group``) share their group's place and reason; a GROUP column then shows the
+group's name and its members present / size, as the extender counted them.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ from extender.gates import product_of
 from packing.argtypes import dns_label, readable_file
 from packing.gate import gated
 from packing.kube.client import Kube, KubeError, current_namespace, operator_kube, parse_time, q
+from packing.pod_group import GROUP_LABEL, SIZE_ANNOTATION
 from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways
 _POSITION = re.compile(r"^position (\d+) in the gpuslice queue: ")
 _PRODUCT = re.compile(r"\(([^():\s]+): \d+(?:st|nd|rd|th) of its product in line\)$")
+_GROUP = re.compile(r"pod group \S+ \((\d+) of (\d+) members present\)")  # packing.group_admission's words
 NONE = "<none>"  # kubectl's word for an empty cell
 
 
@@ -44,6 +48,8 @@ class Waiting:
     waiting_since: str  # the pod's creation: it is gated from then on
     waited_s: float
     message: str  # the condition's message without its position prefix
+    group: str = ""  # its pod group's name ("" for none)
+    members: str = ""  # the group's members present / size ("3/4"), "?" where the extender has not said
 
 
 def queued_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -71,10 +77,16 @@ def waiting_of(pod: Mapping[str, Any], now: float) -> Waiting | None:
     if product.startswith("claim ") and (m := _PRODUCT.search(text)) is not None:
         product = m.group(1)  # a claim's product is resolved by the extender, which names it
     since = parse_time(meta.get("creationTimestamp"))
+    group = str((meta.get("labels") or {}).get(GROUP_LABEL) or "")
+    members = ""
+    if group:
+        said = _GROUP.search(text)
+        size = str((meta.get("annotations") or {}).get(SIZE_ANNOTATION) or "?")
+        members = f"{said.group(1)}/{said.group(2)}" if said is not None else f"?/{size}"
     return Waiting(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                    position=position, product=product, reason=str((condition or {}).get("reason") or ""),
                    status="gated" if waits else "admitted", waiting_since=str(meta.get("creationTimestamp") or ""),
-                   waited_s=max(0.0, now - since) if since else 0.0, message=text)
+                   waited_s=max(0.0, now - since) if since else 0.0, message=text, group=group, members=members)
 
 
 def waiting_pods(pods: Sequence[Mapping[str, Any]], now: float) -> list[Waiting]:
@@ -119,11 +131,15 @@ def human_duration(seconds: float) -> str:
 
 
 def table(rows: Sequence[Waiting], all_namespaces: bool, headers: bool = True) -> str:
-    """kubectl's table shape: upper-case headers, columns padded to their widest cell, 3 spaces apart."""
-    head = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "MESSAGE"]
+    """kubectl's table shape: upper-case headers, columns padded to their widest cell, 3 spaces apart; a
+    GROUP column (name and members present / size) when a pod of a group is among the rows."""
+    groups = any(w.group for w in rows)
+    head = ((["NAMESPACE"] if all_namespaces else []) + ["NAME", "POSITION", "PRODUCT"] + (["GROUP"] if groups else [])
+            + ["REASON", "WAITED", "MESSAGE"])
     cells = [([w.namespace] if all_namespaces else [])
-             + [w.name, str(w.position) if w.position is not None else "-", w.product or NONE, w.reason or NONE,
-                human_duration(w.waited_s), w.message or _unexplained(w)]
+             + [w.name, str(w.position) if w.position is not None else "-", w.product or NONE]
+             + ([f"{w.group} ({w.members})" if w.group else NONE] if groups else [])
+             + [w.reason or NONE, human_duration(w.waited_s), w.message or _unexplained(w)]
              for w in rows]
     lines = ([head] if headers else []) + cells
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
@@ -141,8 +157,17 @@ def as_json(rows: Sequence[Waiting]) -> str:
     """The rows as ``{"items": [...]}``, field names as the API spells them (camelCase)."""
     items = [{"namespace": w.namespace, "name": w.name, "position": w.position, "product": w.product,
               "reason": w.reason, "status": w.status, "waitingSince": w.waiting_since,
-              "waitedSeconds": round(w.waited_s, 3), "message": w.message} for w in rows]
+              "waitedSeconds": round(w.waited_s, 3), "message": w.message,
+              "group": _group_json(w)} for w in rows]
     return json.dumps({"items": items}, indent=2)
+
+
+def _group_json(w: Waiting) -> dict[str, Any] | None:
+    if not w.group:
+        return None
+    present, _, size = w.members.partition("/")
+    return {"name": w.group, "present": int(present) if present.isdigit() else None,
+            "size": int(size) if size.isdigit() else None}
 
 
 def main(argv: Sequence[str]) -> int:

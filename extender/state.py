@@ -40,11 +40,14 @@ from extender.decide import (
     PolicyUse,
     bound_elsewhere,
     filter_nodes,
+    group_refused,
+    group_waits,
     plan_bind,
     refused_everywhere,
     score_nodes,
     waiting_summary,
 )
+from extender.group_binds import GroupBinds
 from extender.history.book import DemandBook
 from extender.inventory import Enforcement, NodeInventory
 from extender.inventory_sync import InventorySync, SyncOutcome
@@ -111,6 +114,15 @@ class StateConfig:
                              "(in a cluster the node watch is the only source)")
 
 
+@dataclass(frozen=True, slots=True)
+class RolledBack:
+    """A pod group the queue took back in line: its reserved members' reservations released."""
+
+    group: str  # namespace/name
+    members: tuple[str, ...]  # every member's uid (waiting and running) when it went back
+    why: str
+
+
 @dataclass(slots=True)
 class FilterOutcome:
     result: FilterResult
@@ -164,6 +176,8 @@ class ExtenderState:
         self.waiting = WaitingRoom(queue, self.config.waiting_ttl_s if self.config.standalone else None)
         self.on_bound: Callable[[BindingArgs, AllocationRecord, Enforcement], None] | None = None
         self.history: DemandBook | None = None  # the demand history, told what the policy observes
+        self.group_binds: GroupBinds | None = None  # cluster mode: pod groups' members bind together
+        self.rolled_back: list[RolledBack] = []  # pod groups put back in line, for the cluster to tell (drained)
         self._ready = True
         self._gauges: tuple[tuple[int, int], dict[str, Any]] | None = None
 
@@ -226,7 +240,19 @@ class ExtenderState:
         expired = self.waiting.expire(now)
         for a in expired:
             self.freed(a.node)
+        self.note_rollbacks([a.claim for a in expired], "not every member was bound before its reservations "
+                            "lapsed (the group ready timeout)")
         return expired
+
+    def note_rollbacks(self, claims: Iterable[str], why: str) -> None:
+        """Remember the pod groups whose members among ``claims`` went back in line, with every member
+        they have now (caller holds the lock)."""
+        groups: dict[str, tuple[str, ...]] = {}
+        for claim in claims:
+            g = self.waiting.queue.group_of(claim)
+            if g is not None:
+                groups[g.label] = tuple(sorted((*g.waiting, *g.running)))
+        self.rolled_back.extend(RolledBack(label, members, why) for label, members in groups.items())
 
     def freed(self, node: str) -> None:
         """A slice left ``node`` (caller holds the lock): fit views re-check it, a waiting inventory applies."""
@@ -308,6 +334,11 @@ class ExtenderState:
         held = self.ledger.allocations.get(ask.uid)
         if held is not None and not held.reserved:
             return bound_elsewhere(names, held.node, request)
+        if ask.group is not None and held is None:  # only the queue places a group's member, with its group
+            if self.config.standalone:
+                return group_refused(names)
+            self.waiting.arrive(ask, "a pod group's member waits for its group's admission", now)
+            return group_waits(names)
         if held is not None:
             self.cache.release(ask.uid)  # the pod's own reservation must not block it
         view = self.cache.fits.view(request)
@@ -315,7 +346,10 @@ class ExtenderState:
                                 self.config.mode == "strict", held.node if held is not None else None)
         if decision.reserve is not None:
             node, gpus = decision.reserve
-            self.cache.assign(ask.uid, request, node, gpus, now + self.config.reservation_ttl_s)
+            expires = now + self.config.reservation_ttl_s
+            if ask.group is not None and held is not None and held.expires_at is not None:
+                expires = held.expires_at  # a group's reservations keep the deadline the queue gave them
+            self.cache.assign(ask.uid, request, node, gpus, expires)
             self.waiting.leave(ask.uid)
         elif held is not None:
             self.inventory.settle(held.node)
@@ -362,6 +396,9 @@ class ExtenderState:
         pod still in flight is waited for, then judged the same way.
         """
         uid = args.pod_uid
+        waited = self._group_barrier(args)
+        if waited is not None:
+            return waited
         while True:
             with self.cache.lock:
                 self.housekeep()
@@ -403,6 +440,28 @@ class ExtenderState:
             self.on_bound(args, record, enforcement)
         code = BindCode.BOUND if record is not None else BindCode.UNMANAGED
         return BindOutcome(code, record=record, enforcement=enforcement)
+
+    def _group_barrier(self, args: BindingArgs) -> BindOutcome | None:
+        """A pod group's member waits here until every admitted member of its group reached bind
+        (``extender.group_binds``); None to go on, or the answer when the rest did not come in time."""
+        binds = self.group_binds
+        if binds is None:
+            return None
+        uid = args.pod_uid
+        with self.cache.lock:
+            group = self.waiting.queue.group_of(uid)
+            if group is None or uid not in group.running or self.cache.bound_node(uid) is not None:
+                return None
+            opened = binds.arrive(uid, group, lambda m: self.cache.bound_node(m) is not None)
+            key, label, admitted = group.key, group.label, len(group.running)
+        if opened.wait(binds.wait_s):
+            return None
+        with self.cache.lock:
+            came = binds.waiting(key)
+            binds.leave(uid, key)
+        return BindOutcome(BindCode.GROUP_INCOMPLETE,
+                           f"pod {args.pod_key}: {came} of the {admitted} admitted members of pod group {label} "
+                           f"reached bind within {binds.wait_s:g} s; they bind together, so it waits (retried)")
 
     def _plan_bind(self, args: BindingArgs) -> BindOutcome | tuple[Allocation | None, PodAsk | None]:
         """Under the lock: the answer, or the allocation committed for the binder and the ask to start."""

@@ -61,7 +61,7 @@ class WaitingRoom:
             self._first.popitem(last=False)
         try:
             self.queue.arrive(WaitingClaim(ask.uid, ask.namespace, ask.request, arrived_at=arrived,
-                                           priority=ask.priority, time_limit=ask.time_limit_s))
+                                           priority=ask.priority, time_limit=ask.time_limit_s, group=ask.group))
         except QueueError as e:
             log.warning("queue refused pod %s: %s", ask.key, e)
             return
@@ -82,7 +82,7 @@ class WaitingRoom:
         if ask.request is None or self.queue.state(ask.uid) == "running":
             return  # already running: the queue gate admitted it (its usage counts since then)
         try:
-            self.queue.start(ask.uid, ask.namespace, ask.request, now, ask.time_limit_s)
+            self.queue.start(ask.uid, ask.namespace, ask.request, now, ask.time_limit_s, ask.group)
         except QueueError as e:
             log.warning("queue refused start of pod %s: %s", ask.key, e)
 
@@ -151,5 +151,7 @@ class WaitingRoom:
                 "filter": filtered,
                 "waiting_s": round(e.waited, 3),
                 "estimated_start_in_s": None if e.estimated_start is None else round(e.estimated_start - now, 3),
+                "group": None if e.group is None else {"name": e.group.name, "present": e.group.present,
+                                                        "size": e.group.size},
             })
         return out

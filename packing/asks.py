@@ -22,8 +22,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from packing.claims import MemberOf
 from packing.constraints import MalformedConstraints, pod_constraints
 from packing.inventory import PRODUCT_LABEL
+from packing.pod_group import GroupError, group_of
 from packing.products import Catalog, Request, RequestError
 
 _WHOLE_NUMBER = re.compile(r"[0-9]+")  # ASCII digits only: str.isdigit() also takes "²", which int() refuses
@@ -60,6 +62,7 @@ class PodAsk:
     refusal: str | None = None  # set when gpuslice refuses the pod's ask
     time_limit_s: float | None = None  # declared runtime, for the queue
     priority: int = 0
+    group: MemberOf | None = None  # its pod group (a gang): labels gpuslice.io/pod-group, -size
 
     @property
     def managed(self) -> bool:
@@ -320,7 +323,7 @@ class AskReader:
 
     def read(self, pod: Any) -> PodAsk:
         """Everything the extender needs from a pod: identity, request (with its node selector, required
-        node affinity and tolerations) or refusal, runtime, priority.
+        node affinity and tolerations) or refusal, runtime, priority, pod group (a bad one is a refusal).
 
         MalformedPod for wrong types, and for a pod gpuslice manages that has no ``metadata.uid``
         (reservations and bind are keyed by it); ClaimUnavailable as for ``request``. A refusal is
@@ -344,14 +347,15 @@ class AskReader:
             limit = time_limit_of(pod, self.catalog) if request is not None else None
             if request is not None:  # where it may go travels with what it asks for (packing.node_fit)
                 request = replace(request, constraints=pod_constraints(pod))
+            group = group_of(pod) if request is not None else None
         except MalformedConstraints as e:
             raise MalformedPod(str(e)) from None
         except MalformedPod:
             raise
-        except PodSpecError as e:
+        except (PodSpecError, GroupError) as e:
             ask = replace(ask, refusal=str(e))
         else:
-            ask = replace(ask, request=request, time_limit_s=limit)
+            ask = replace(ask, request=request, time_limit_s=limit, group=group)
         if ask.managed and not uid:
             raise MalformedPod("Pod.metadata.uid is required for a pod asking for a GPU slice")
         return ask

@@ -74,11 +74,16 @@ class GroupLine:
         """``claim`` holds its slice, recorded by ``ClaimQueue.start`` (it may have waited in its group)."""
         self._reenter(self.groups.run(claim, namespace, tag, now, seq))
 
-    def departed(self, claim: str) -> None:
-        """A running member ended (nothing for a claim of no group)."""
+    def departed(self, claim: str) -> list[Allocation]:
+        """A running member ended or was deleted (nothing for a claim of no group). Members of its
+        group that hold only a reservation go back in line (returned, released): without it, the
+        group cannot start whole."""
         g = self.groups.leave(claim)
-        if g is not None:
-            self._reenter(g)
+        if g is None:
+            return []
+        released = self._unreserve(g)
+        self._reenter(g)
+        return released
 
     def set_priority(self, claim: str, priority: int) -> bool:
         """A waiting member's priority changed: its group's priority may move. False: no waiting member."""
@@ -96,6 +101,12 @@ class GroupLine:
         g = self.groups.of(claim)
         assert g is not None and run.origin is not None
         self.groups.back(run.origin, run.seq)
+        released = self._unreserve(g)
+        self._reenter(g)
+        return released
+
+    def _unreserve(self, g: Group) -> list[Allocation]:
+        """Every member of ``g`` the queue admitted that holds only a reservation waits again (released)."""
         released: list[Allocation] = []
         for m in list(g.running):
             other = self.book.get(m)
@@ -105,7 +116,6 @@ class GroupLine:
             released.append(self.ledger.release(m))
             self.book.remove(m)
             self.groups.back(other.origin, other.seq)
-        self._reenter(g)
         return released
 
     def _reenter(self, g: Group) -> None:

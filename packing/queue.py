@@ -70,7 +70,7 @@ from packing.explain import (
     unsatisfiable_message,
 )
 from packing.group_admission import GroupLens, GroupView
-from packing.group_book import GroupRequest, is_entry
+from packing.group_book import Group, GroupRequest, is_entry
 from packing.group_line import GroupLine
 from packing.ledger import Allocation, Ledger, Node
 from packing.policies import BEST_FIT, Policy
@@ -186,8 +186,10 @@ class ClaimQueue:
         if group is not None:
             self._groups.started(claim, namespace, group, now, self._seq)
 
-    def depart(self, claim: str, now: float) -> None:
-        """A running claim ended: release its slice (if the ledger still holds it) and its usage."""
+    def depart(self, claim: str, now: float) -> list[Allocation]:
+        """A running claim ended: release its slice (if the ledger still holds it) and its usage. A pod
+        group's member takes its group's members that hold only a reservation back in line with it:
+        their released allocations are returned (none for any other claim)."""
         if claim not in self._book:
             if claim in self._order:
                 raise QueueError(f"claim {claim} is waiting, not running; use withdraw()")
@@ -195,12 +197,13 @@ class ClaimQueue:
         if claim in self.ledger.allocations:
             self.ledger.release(claim)
         self._book.finish(claim, now)
-        self._groups.departed(claim)
+        return self._groups.departed(claim)
 
-    def requeue(self, claim: str) -> None:
+    def requeue(self, claim: str) -> list[Allocation]:
         """Put an admitted claim back in line at its original place (its bind failed): its slice is
         released; a claim recorded with start() has no place to go back to (QueueError). A pod
-        group's member goes back with every member of its group that is only reserved."""
+        group's member goes back with every member of its group that is only reserved: their
+        released allocations are returned."""
         run = self._book.get(claim)
         if run is None:
             raise UnknownClaimError(f"claim {claim} is not running in this queue")
@@ -209,7 +212,7 @@ class ClaimQueue:
         if claim in self.ledger.allocations:
             self.ledger.release(claim)
         self._book.remove(claim)
-        self._back_in_line(claim, run)
+        return self._back_in_line(claim, run)
 
     def _back_in_line(self, claim: str, run: RunningClaim) -> list[Allocation]:
         """An admitted claim, out of the running book, returns to its place; a pod group's member with
@@ -289,6 +292,11 @@ class ClaimQueue:
         if entry is None:
             raise UnknownClaimError(f"claim {claim} is not waiting")
         return entry[0]
+
+    def group_of(self, claim: str) -> Group | None:
+        """The pod group of ``claim`` (waiting or running), None for a claim of no group (read it, do
+        not change it)."""
+        return self._groups.groups.of(claim)
 
     def usage(self, namespace: str) -> Usage:
         """What ``namespace`` holds now (admitted and started claims)."""

@@ -161,7 +161,7 @@ def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: 
                           drain_horizon_s=admission.drain_horizon_s,
                           reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                           declare_limits=args.declare_limits, prior=_prior(inputs, _catalog(args), rounding),
-                          record_placements=bool(getattr(args, "placements", None)))
+                          record_placements=bool(getattr(args, "placements", None)), gang=args.gang)
     return protocol_b.ProtocolBConfig(engine=engine, rounding=rounding,
                                       rho=None if inputs.kind == "builtin" else args.rho, arrivals=args.arrivals,
                                       jobs=args.jobs, sla_s=args.sla)

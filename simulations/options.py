@@ -308,6 +308,9 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    help="admission to bind (needs --reservation-ttl; a longer delay lets reservations lapse)")
     g.add_argument("--declare-limits", action="store_true",
                    help="jobs declare their runtime as an enforced limit (lets the aging guard backfill)")
+    g.add_argument("--gang", action="store_true",
+                   help="run each job of k > 1 whole cards as k one-card pods of one pod group (all start "
+                   "together, on any nodes), instead of one k-card pod on one node")
 
 
 def output_options(ap: argparse.ArgumentParser) -> None:

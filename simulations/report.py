@@ -205,6 +205,9 @@ def protocol_b_text(results: Mapping[tuple[str, str], Mapping[str, Any]], header
                      f"{_fmt(s['offered_load'])}, cards in use {s['cards_in_use']:.1f} vs bound "
                      f"{s['lower_bound_cards']:.1f}, stranded {s['stranded_pct']:.2f} %, "
                      f"max wait {_minutes(s['max_wait_s'])} min, never started {s['never_started']}")
+        if s.get("gangs"):
+            lines.append(f"  {s['gangs']} multi-card jobs ran as pod groups of one-card pods (--gang), their waits "
+                         "under their k-card class")
         lines.extend(_overload_lines(s))
         pooled = f"pooled over {runs} runs" if runs > 1 else "one run"
         seeded = "   p99 per seed: mean [95 % CI]" if runs > 1 else ""

@@ -13,7 +13,7 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from extender.cluster.pending_writer import NOTICE_AFTER_S
+from extender.cluster.pending_writer import MEMBER_TIMEOUT_S, NOTICE_AFTER_S
 from extender.config import ConfigError, env_of, env_values
 
 
@@ -39,6 +39,9 @@ class ClusterConfig:
     entitlements_configmap: str = "gpuslice-entitlements"
     webhook_path: str = "/mutate"
     leader_label: str = ""  # set on the leader's own pod (named by the identity) once ready; empty: off
+    group_ready_timeout_s: float = 300.0  # a pod group admitted but not all bound by then goes back in line
+    group_bind_wait_s: float = 10.0  # a member's bind waits this long for the rest (under kube-scheduler's 30 s)
+    group_member_timeout_s: float = MEMBER_TIMEOUT_S  # WaitingForMembers this long: a PodGroupIncomplete Event
 
     def __post_init__(self) -> None:
         if not self.namespace or not self.lease_name:
@@ -48,11 +51,15 @@ class ClusterConfig:
                 "leader election needs 0 < retry period < renew deadline < lease duration, got "
                 f"{self.retry_period_s} / {self.renew_deadline_s} / {self.lease_duration_s}"
             )
-        for name in ("resync_s", "tick_s", "notice_interval_s"):
+        for name in ("resync_s", "tick_s", "notice_interval_s", "group_ready_timeout_s", "group_bind_wait_s",
+                     "group_member_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         if not self.notice_after_s >= 0:
             raise ConfigError(f"notice_after_s must be >= 0, got {self.notice_after_s}")
+        if self.group_bind_wait_s >= self.group_ready_timeout_s:
+            raise ConfigError(f"group_bind_wait_s ({self.group_bind_wait_s}) must be shorter than "
+                              f"group_ready_timeout_s ({self.group_ready_timeout_s})")
         if self.allocated_events not in ("all", "warnings"):
             raise ConfigError(f"allocated_events must be all or warnings, got {self.allocated_events!r}")
         if not self.webhook_path.startswith("/"):

@@ -14,6 +14,11 @@ before the webhook, or whose reservation lapsed after the gate was lifted) is nu
 annotation instead: any update of an unschedulable pod sends it back to kube-scheduler's
 active queue. A lift that fails leaves the reservation to lapse; the claim goes back to its
 place in line and the next step tries again.
+
+A pod group is admitted whole in one step (``packing.group_book``): its members' lifts are in
+that step's batch, sent together. A group the queue put back in line (a member's reservation
+lapsed or its bind failed, a member deleted before the group was bound) gets a
+``PodGroupRolledBack`` Event on every member, with why.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from extender.cluster.metrics import ClusterMetrics
-from extender.cluster.pending_writer import PendingReporter
+from extender.cluster.pending_writer import GROUP_ROLLED_BACK, PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.threads import join, start_daemon
 from packing.gate import gate_index, lift_patch
@@ -90,8 +95,15 @@ class GateController:
         admissions = self.state.admit(now)
         self.metrics.admission_steps.inc()
         self.metrics.step_seconds.observe(time.perf_counter() - started)
-        if admissions:
+        if admissions:  # a group's members are all in this batch: their gates go together
             list(self._pool.map(lambda a: self._lift(a, now), admissions))
+        for back in self.state.rollbacks():
+            log.info("pod group %s went back in line: %s", back.group, back.why)
+            if self.reporter is not None:
+                for uid in back.members:
+                    self.reporter.group_event(uid, GROUP_ROLLED_BACK, (
+                        f"pod group {back.group} went back to its place in line: {back.why}; the reservations of "
+                        "its members not bound yet are released, and it starts again when all of them fit at once"))
         if self.reporter is not None and time.monotonic() - self._explained >= self.tick_s:
             # explaining is O(waiting) under the state lock (80 ms at 10 000 waiting): at most once a tick
             self._explained = time.monotonic()

@@ -7,7 +7,10 @@ line moved) rewrites only the condition, at most every ``min_interval`` seconds:
 not turn every admission into n status writes. A pod is told from ``notice_after_s`` of waiting
 on: one the queue admits sooner is never told it waited (every notice is an API write a burst pays
 for). When the queue admits the pod the condition turns False with reason ``Admitted`` (and one
-Event). When a pod is bound on a node where nothing enforces its slice (known only by its labels),
+Event). A pod group's member that has waited ``WaitingForMembers`` longer than ``member_timeout_s``
+gets one Warning Event saying so (``PodGroupIncomplete``), and every member of a group the queue put
+back in line gets one (``PodGroupRolledBack``, with why). When a pod is bound on a node where
+nothing enforces its slice (known only by its labels),
 an ``Allocated`` Warning names its GPUs and says so; with ``allocated_events: all`` every bound pod
 gets one (``enforcement: agent`` as a Normal Event). The writes run in the reporter's own thread,
 so a slow API server never delays a gate being lifted or a bind.
@@ -25,7 +28,7 @@ from typing import Any
 from extender.cluster.threads import join, start_daemon
 from packing.kube.client import STRATEGIC_PATCH, Kube, KubeError
 from packing.kube.events import EventWriter, PodEvent, timestamp
-from packing.queue import Explanation
+from packing.queue import WAITING_FOR_MEMBERS, Explanation
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +37,10 @@ COMPONENT = "gpuslice"
 ADMITTED = "Admitted"
 REFUSED = "Refused"
 ALLOCATED = "Allocated"
+GROUP_INCOMPLETE = "PodGroupIncomplete"
+GROUP_ROLLED_BACK = "PodGroupRolledBack"
 NOTICE_AFTER_S = 2.0  # waits shorter than this go untold: in a burst most pods wait a moment, not minutes
+MEMBER_TIMEOUT_S = 600.0  # a pod group still missing members after this long says so in an Event
 
 Obj = dict[str, Any]
 
@@ -136,9 +142,11 @@ class PendingReporter:
         on_write: Callable[[str], None] | None = None,
         allocated_events: str = "warnings",
         notice_after_s: float = NOTICE_AFTER_S,
+        member_timeout_s: float = MEMBER_TIMEOUT_S,
     ) -> None:
         self.kube = kube
         self.events = EventWriter(kube, COMPONENT, clock=clock)
+        self.member_timeout_s = member_timeout_s  # WaitingForMembers this long: one PodGroupIncomplete Event
         self.notice_after_s = notice_after_s  # a pod that has waited less is not told yet
         self.allocated_events = allocated_events  # "all": an Allocated Event for every bound pod
         self.lookup = lookup  # pod uid -> the pod as last seen (None when gone)
@@ -149,6 +157,8 @@ class PendingReporter:
         self._latest: dict[str, Notice] = {}
         self._extra: dict[str, Notice] = {}  # admitted / refused notices, written once
         self._events: list[tuple[Obj, Notice, str]] = []  # (pod identity, notice, event type): events only
+        self._pod_events: list[tuple[str, Notice, str]] = []  # (pod uid, notice, event type): found when written
+        self._incomplete: set[str] = set()  # members told their group is still incomplete (once each)
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
@@ -157,8 +167,23 @@ class PendingReporter:
         """The queue's latest explanation of every waiting claim (replaces the previous one)."""
         after = self.notice_after_s
         latest = {e.claim: notice_of(e) for e in explanations if e.waited >= after}
+        overdue = [e for e in explanations if e.reason == WAITING_FOR_MEMBERS and e.waited >= self.member_timeout_s]
         with self._lock:
             self._latest = latest
+            waiting = {e.claim for e in explanations}
+            self._incomplete &= waiting  # a member that left the line may be told again when it comes back
+            for e in overdue:
+                if e.claim not in self._incomplete:
+                    self._incomplete.add(e.claim)
+                    text = (f"{e.message}; still incomplete after {self.member_timeout_s:g} s: is a member's "
+                            "creation failing (its controller's events, a quota), or is the size too large?")
+                    self._pod_events.append((e.claim, Notice(GROUP_INCOMPLETE, text, 0, "True"), "Warning"))
+        self._wake.set()
+
+    def group_event(self, uid: str, reason: str, message: str, kind: str = "Warning") -> None:
+        """One Event on the pod ``uid`` about its pod group (written when the pod is found)."""
+        with self._lock:
+            self._pod_events.append((uid, Notice(reason, message, 0, "True"), kind))
         self._wake.set()
 
     def admitted(self, uid: str, node: str) -> None:
@@ -207,6 +232,11 @@ class PendingReporter:
             todo = {**self._latest, **self._extra}  # an admitted/refused notice wins over a stale waiting one
             self._extra = {}
             events, self._events = self._events, []
+            about, self._pod_events = self._pod_events, []
+        for uid, notice, kind in about:
+            pod = self.lookup(uid)
+            if pod is not None:
+                events.append((pod, notice, kind))
         writes = 0
         for bound, notice, kind in events:
             who = bound.get("metadata") or {}

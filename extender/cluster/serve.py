@@ -44,7 +44,9 @@ from extender.metrics import ExtenderMetrics, watch_gc
 from extender.timing import Phases, measuring
 from extender.wire import BindingArgs, FilterResult, binding_result
 from packing.asks import ClaimUnavailable
-from packing.kube.client import Kube, connect
+from packing.claims import MemberOf
+from packing.kube.client import Kube, KubeError, connect, q
+from packing.pod_group import GROUP_LABEL, group_of, members_disagree
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord
 
@@ -88,7 +90,9 @@ class ClusterRuntime:
         self.kube = Kube(api) if api is not None else connect(cluster.kubeconfig, connections)
         self.binder = ClusterBinder(self.kube, may_write=lambda: self.state.ready)
         self.resolver = ClaimResolver(self.catalog, self.kube.get_claim_template, self.kube.get_claim)
-        self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver)
+        self.state = ClusterState(self.catalog, self.binder, config.state_config(), resolver=self.resolver,
+                                  group_ready_timeout_s=cluster.group_ready_timeout_s,
+                                  group_bind_wait_s=cluster.group_bind_wait_s)
         self.state.core.on_bound = self._allocated
         self.state.core.history = config.demand_book(self.catalog)
         self.history: ConfigMapStore | None = None  # the demand history's chunks in the API (the leader writes)
@@ -147,7 +151,8 @@ class ClusterRuntime:
             reporter = PendingReporter(self.kube, lambda uid: None, self.cluster.notice_interval_s,
                                        on_write=lambda kind: self.metrics.notices.labels(kind).inc(),
                                        allocated_events=self.cluster.allocated_events,
-                                       notice_after_s=self.cluster.notice_after_s)
+                                       notice_after_s=self.cluster.notice_after_s,
+                                       member_timeout_s=self.cluster.group_member_timeout_s)
             sync = ClusterSync(self.state, self.kube, self.cluster, self.metrics, reporter=reporter,
                                recently_bound=self.binder.bound_since)
             gate = GateController(self.state, self.kube, sync.pod, self.metrics, reporter, self.cluster.tick_s)
@@ -214,11 +219,31 @@ class ClusterRuntime:
 
     def asks_for_slice(self, pod: Pod) -> bool:
         """For the webhook: does this pod ask for a slice? ValueError (deny, with the reason) when
-        its ask is refused or its DRA claim cannot be read now."""
+        its ask is refused, its DRA claim cannot be read now, or its pod group cannot take it."""
         try:
-            return self.state.core.asks.request(pod) is not None
+            if self.state.core.asks.request(pod) is None:
+                return False
         except ClaimUnavailable as e:
             raise ValueError(f"cannot read the pod's ResourceClaim(Template) now: {e}") from None
+        tag = group_of(pod, self.config.bind_threads)  # GroupError is a ValueError: denied with its reason
+        if tag is not None:
+            self._check_members(pod, tag)
+        return True
+
+    def _check_members(self, pod: Pod, tag: MemberOf) -> None:
+        """ValueError when ``pod`` disagrees with its group's members already created (size, scheduler) or
+        the group is full. An API error lets the pod in: the queue then holds a group whose members
+        disagree (InvalidGroup) and says so."""
+        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
+        try:
+            others = self.kube.request("GET", f"/api/v1/namespaces/{q(namespace)}/pods", query={
+                "labelSelector": f"{GROUP_LABEL}={tag.name}", "resourceVersion": "0"}).get("items") or []
+        except KubeError as e:
+            log.warning("webhook: cannot list pod group %s/%s to check a new member: %s", namespace, tag.name, e)
+            return
+        why = members_disagree(pod, tag, others, self.cluster.scheduler_name if self.cluster.scheduler_name else None)
+        if why is not None:
+            raise ValueError(why)
 
 
 def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: ClusterRuntime | None = None,

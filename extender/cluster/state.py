@@ -7,8 +7,9 @@ parts, under the core's one lock:
   pod's allocation record read back: restart, failover, or a bind the watch shows before our own
   bind call returns), ``observe_gone`` (deleted or finished: its slice frees at once);
 * the gate's queue steps: ``gate_arrive`` (a gated pod joins the line at its creation time),
-  ``admit`` (reserve slices for the claims the queue lets in), ``recover_admitted`` (an admitted
-  pod that lost its reservation goes back to its place in line), ``explain``;
+  ``admit`` (reserve slices for the claims the queue lets in; a pod group's members until the group
+  ready timeout), ``recover_admitted`` (an admitted pod that lost its reservation goes back to its
+  place in line), ``explain``, ``rollbacks`` (the pod groups put back in line since last asked);
 * ``reset`` (a new leadership term starts from an empty ledger, under a new epoch, and rebuilds
   from the API).
 
@@ -24,8 +25,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from extender.group_binds import GroupBinds
 from extender.inventory import Enforcement
-from extender.state import Binder, ExtenderState, StateConfig
+from extender.state import Binder, ExtenderState, RolledBack, StateConfig
 from packing.asks import ClaimLookup, PodAsk
 from packing.entitlements import Entitlement
 from packing.inventory import Card
@@ -52,9 +54,13 @@ class ClusterState:
         *,
         resolver: ClaimLookup | None = None,
         clock: Callable[[], float] = time.time,
+        group_ready_timeout_s: float = 300.0,
+        group_bind_wait_s: float = 10.0,
     ) -> None:
         self.core = ExtenderState(catalog, binder, config, clock=clock, claims=resolver)
         self.core.ready = False
+        self.core.group_binds = GroupBinds(group_bind_wait_s)
+        self.group_ready_timeout_s = group_ready_timeout_s  # a group's reservations last this long from its admission
         self._admitted: set[str] = set()  # claims the queue admitted whose bind has not been seen yet
 
     # ---- the core's parts ------------------------------------------------------------------------
@@ -178,9 +184,15 @@ class ClusterState:
                 found = True
             elif where == "running":
                 alloc = core.ledger.allocations.get(uid)
-                queue.depart(uid, core.clock())
+                group = queue.group_of(uid)
+                released = queue.depart(uid, core.clock())
                 if alloc is not None:
                     core.cache.touch(alloc.node)
+                for a in released:  # its group's reserved members, back in line: the group cannot start whole
+                    core.freed(a.node)
+                if released and group is not None:
+                    core.note_rollbacks([a.claim for a in released], f"member {uid} is gone (deleted or "
+                                        "finished) before the group was bound; it waits for that member again")
                 found = True
             if found and core.history is not None:
                 core.history.released(uid)
@@ -208,10 +220,14 @@ class ClusterState:
         core = self.core
         with core.cache.lock:
             core.expire_due(now)
-            admissions = core.waiting.queue.admit(now)
+            queue = core.waiting.queue
+            admissions = queue.admit(now)
             for a in admissions:
                 core.cache.touch(a.allocation.node)
                 self._admitted.add(a.claim)
+                if a.allocation.reserved and queue.group_of(a.claim) is not None:
+                    # a group binds together, maybe after kube-scheduler's retries: its deadline is the ready timeout
+                    core.ledger.extend(a.claim, now + self.group_ready_timeout_s)
             return admissions
 
     def recover_admitted(self) -> list[str]:
@@ -225,10 +241,19 @@ class ClusterState:
                 if core.cache.bound_node(uid) is not None or queue.state(uid) != "running":
                     self._admitted.discard(uid)
                 elif uid not in core.ledger.allocations and not core.cache.bind_in_flight(uid):
-                    queue.requeue(uid)
+                    for a in queue.requeue(uid):  # its group's reserved members go back with it
+                        core.freed(a.node)
                     self._admitted.discard(uid)
                     lost.append(uid)
+            core.note_rollbacks(lost, "a member lost its reservation before its bind (its bind failed, or no node "
+                                "took it)")
         return lost
+
+    def rollbacks(self) -> list[RolledBack]:
+        """The pod groups put back in line since the last call (their members' reservations released)."""
+        with self.core.cache.lock:
+            out, self.core.rolled_back = self.core.rolled_back, []
+            return out
 
     def explain(self, now: float) -> list[Explanation]:
         """Every waiting claim in queue order, with its position, reason and what it waits for."""

@@ -7,8 +7,8 @@ independently of the queue's code:
 
 * **never a partial admission**: a step admits every waiting member of a group or none of them;
 * **never a partial hold**: no member admitted with others of its group holds only a reservation
-  while one of those waits: a lapsed or failed member takes every reserved member of its group back
-  in line (released);
+  while one of those waits: a lapsed, failed or deleted member takes every reserved member of its
+  group back in line (released);
 * **no deadlock**: whenever nothing holds any capacity, a step starts something if a complete,
   valid group or a claim that could ever fit waits within its entitlement -- two groups that could
   each run alone never wait for each other;
@@ -100,9 +100,12 @@ class GroupMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def depart(self, data: st.DataObject) -> None:
-        bound = sorted(c for c, a in self.ledger.allocations.items() if not a.reserved)
-        if bound:
-            self.q.depart(data.draw(st.sampled_from(bound)), self.now)
+        """A bound claim ends, or an admitted one's pod is deleted before its bind."""
+        held = sorted(self.ledger.allocations)
+        if held:
+            released = self.q.depart(data.draw(st.sampled_from(held)), self.now)
+            assert all(a.reserved for a in released)
+            self.check_no_partial_hold()
 
     @rule(dt=st.sampled_from([1.0, 20.0, 45.0, 120.0]))
     def step(self, dt: float) -> None:

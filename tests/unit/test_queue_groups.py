@@ -316,3 +316,17 @@ def test_half_slices_of_a_group_may_share_a_card() -> None:
     names = gang(q, "g", 2, H)
     got = q.admit(0.0)
     assert {a.claim for a in got} == set(names) and {a.allocation.gpus for a in got} == {("n0-gpu0",)}
+
+
+def test_a_member_deleted_before_its_bind_takes_the_reserved_rest_back() -> None:
+    ledger = ledger_with(4)
+    q = ClaimQueue(ledger, reservation_ttl=30.0)
+    names = gang(q, "g", 3)
+    assert admitted(q, 1.0) == set(names)
+    ledger.commit(names[0])
+    released = q.depart(names[2], 2.0)  # its pod was deleted after the gate was lifted
+    assert {a.claim for a in released} == {names[1]}
+    assert q.state(names[0]) == "running" and q.state(names[1]) == "waiting" and q.state(names[2]) is None
+    e = by_claim(q, 2.0)[names[1]]
+    assert e.reason == WAITING_FOR_MEMBERS and e.group is not None and (e.group.present, e.group.size) == (2, 3)
+    checked(q)

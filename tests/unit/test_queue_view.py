@@ -115,7 +115,7 @@ def test_json_has_the_same_rows() -> None:
     (item,) = json.loads(as_json(rows))["items"]
     assert item == {"namespace": "team-a", "name": "p", "position": 2, "product": "-", "reason": "NoCapacity",
                     "status": "gated", "waitingSince": ts(42.5), "waitedSeconds": pytest.approx(42.5, abs=1),
-                    "message": "m (v100-25: 1st of its product in line)"}
+                    "message": "m (v100-25: 1st of its product in line)", "group": None}
     assert json.loads(as_json([])) == {"items": []}
 
 
