@@ -39,16 +39,17 @@ def group_of(pod: Mapping[str, Any], max_size: int | None = None) -> MemberOf | 
     size = _meta(pod, "annotations").get(SIZE_ANNOTATION)
     if name is None and size is None:
         return None
+    # the admission policy (deploy/chart/templates/admission-policy.yaml) says the same words
     if name is None:
-        raise GroupError(f"annotation {SIZE_ANNOTATION}={size!r} without the label {GROUP_LABEL}: name the group "
-                         "its pods belong to, or drop the annotation")
+        raise GroupError(f"the annotation {SIZE_ANNOTATION}={size} without the label {GROUP_LABEL}: name the pod "
+                         "group its pods belong to, or drop the annotation")
     if not isinstance(name, str) or not name:
-        raise GroupError(f"label {GROUP_LABEL} must name the group")
+        raise GroupError(f"the label {GROUP_LABEL} must name the pod group")
     if size is None:
-        raise GroupError(f"label {GROUP_LABEL}={name} without the annotation {SIZE_ANNOTATION}: say how many pods "
-                         "the group has (every member the same number)")
+        raise GroupError(f"the label {GROUP_LABEL}={name} without the annotation {SIZE_ANNOTATION}: say how many "
+                         "pods the group has, on every member")
     if not isinstance(size, str) or not _SIZE.fullmatch(size):
-        raise GroupError(f"annotation {SIZE_ANNOTATION}={size!r} is not a positive whole number")
+        raise GroupError(f"{SIZE_ANNOTATION} {size} is not a positive whole number")
     count = int(size)
     if max_size is not None and count > max_size:
         raise GroupError(f"annotation {SIZE_ANNOTATION}={size}: gpuslice binds at most {max_size} pods of a group "

@@ -400,11 +400,12 @@ def scheduler_config(g: Gpuslice, ext: Extender, name: str = "gpuslice-scheduler
     return path
 
 
-def install(cp: ControlPlane, work: Path) -> Gpuslice:
-    """:func:`prepare`, then one extender (started, ready) and the scheduler."""
+def install(cp: ControlPlane, work: Path, **settings: str) -> Gpuslice:
+    """:func:`prepare`, then one extender (started, ready; ``settings`` as ``GPUSLICE_*`` variables) and the
+    scheduler."""
     port = free_port()
     g = prepare(cp, work, port)
-    ext = g.new_extender("e2e-replica-a", port)
+    ext = g.new_extender("e2e-replica-a", port, **settings)
     ext.start()
     ext.wait_ready(90)
     cp.start_scheduler(scheduler_config(g, ext))

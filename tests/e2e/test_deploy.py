@@ -208,12 +208,27 @@ def test_the_examples_are_admitted_and_their_pods_get_their_slices(gs: h.Gpuslic
         template_obj["metadata"] = {"name": "v100-50", "namespace": ns}
         manifests.create(kube, h.resources(kube), template_obj)
         examples = {p.stem: example_objects(p, ns) for p in sorted(EXAMPLES.glob("*.yaml"))}
-        assert set(examples) == {"ollama-v100-25", "batch-v100-50", "training-v100-100"}
+        assert set(examples) == {"ollama-v100-25", "batch-v100-50", "training-v100-100", "training-gang-v100-100"}
         for objs in examples.values():
             for obj in objs:
                 manifests.create(kube, h.resources(kube), obj, dry_run=True)  # admitted: no exception
         wanted = {"ollama-v100-25": ("v100-25", 8192), "training-v100-100": ("v100-100", 32768),
                   "batch-v100-50": ("v100-50", 16384)}
+        gang = next(o for o in examples["training-gang-v100-100"] if o["kind"] == "Job")
+        workers = [f"gang-{i}" for i in range(gang["spec"]["parallelism"])]
+        for i, name in enumerate(workers):  # the Job's pods, as its controller would create them: together
+            created = h.create_pod(kube, ns, {"apiVersion": "v1", "kind": "Pod", "metadata": {
+                "name": name, "namespace": ns, **gang["spec"]["template"]["metadata"]},
+                "spec": gang["spec"]["template"]["spec"]})
+            assert h.is_gated(created)
+            if i == 0:  # alone, its group incomplete: it waits
+                h.poll(lambda: (h.queued(kube.get_pod(ns, "gang-0") or {}) or {}).get("reason") == "WaitingForMembers",
+                       20, "the first worker to wait for its group")
+        for name in workers:
+            record = h.record(h.wait_bound(kube, ns, name, timeout=30))
+            assert record is not None and record.product == "v100-100"
+        for name in workers:
+            h.delete_now(kube, ns, name)
         for stem, (product, memory) in wanted.items():
             workload = next(o for o in examples[stem] if o["kind"] in ("Deployment", "Job"))
             pod = {"apiVersion": "v1", "kind": "Pod",  # what its controller would create from the template
