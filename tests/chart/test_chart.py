@@ -209,6 +209,7 @@ def test_the_extender_service_reaches_the_leader_only(renders: dict[str, list[Ob
     ({"tls": {"mode": "vault"}}, "at '/tls/mode'"),
     ({"entitlements": {"team-a": 8}}, "at '/entitlements/team-a'"),
     ({"policy": "best_fit"}, "at '/policy'"),
+    ({"extender": {"podGroups": {"bindWaitSeconds": 30}}}, "at '/extender/podGroups/bindWaitSeconds'"),
 ])
 def test_bad_values_are_refused_naming_the_value(helm: Path, values: dict[str, Any], message: str) -> None:
     with pytest.raises(RuntimeError, match=re.escape(message)):

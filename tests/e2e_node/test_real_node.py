@@ -10,7 +10,9 @@ Scenarios (the figures are printed, and saved to ``$GPUSLICE_E2E_TIMINGS`` when 
 3. the agent is restarted between prepare and unprepare, the kubelet while pods run: nothing is
    prepared twice and nothing is lost;
 4. delete -> the next queued pod Running (p50/p99), with the claim or token handed back;
-5. a card withdrawn from the inventory gets nothing new.
+5. a card withdrawn from the inventory gets nothing new;
+6. a pod group of two slice pods: the first waits for its partner (gated, WaitingForMembers), then
+   both are bound together and Running, each handed its own card and caps.
 
 In every handed container (every path) the in-container limiter is checked as the hand-off gives
 it: ``/etc/ld.so.preload`` naming the library, the library itself (the very file ``make
@@ -472,3 +474,39 @@ def test_device_plugin_handoff_margin(node: RealNode, agent: Agent) -> None:
         "spec_to_container_create_min": round(1000 * min(margin)) if margin else None,
         "containers_created_before_their_spec": failed,
         "prestart_calls": len(barrier), "prestart_wait_max": max(barrier)})
+
+
+# ---- 6 ---------------------------------------------------------------------------------------------
+
+def test_a_pod_group_of_two_slice_pods_starts_together_on_the_real_kubelet(gs: h.Gpuslice, node: RealNode,
+                                                                          agent: Agent, ns: str) -> None:
+    kube = gs.kube
+
+    def member(name: str) -> dict[str, Any]:
+        p = pod(name, "v100-50", "resource")
+        p["metadata"]["labels"] = {"gpuslice.io/pod-group": "pair"}
+        p["metadata"]["annotations"] = {"gpuslice.io/pod-group-size": "2"}
+        return p
+
+    h.create_pod(kube, ns, member("pair-0"))
+
+    def told() -> dict[str, Any] | None:
+        c = h.queued(kube.get_pod(ns, "pair-0") or {})
+        return c if c is not None and c.get("reason") == "WaitingForMembers" else None
+
+    waiting = wait_for(told, 30, interval=0.2, what="pair-0 to wait for its partner")
+    assert "1 of 2 members present" in waiting["message"]
+    alone = kube.get_pod(ns, "pair-0")
+    assert alone is not None and h.is_gated(alone) and not h.node_of(alone)
+    created = time.monotonic()
+    h.create_pod(kube, ns, member("pair-1"))
+    first, second = running(kube, ns, "pair-0", 120), running(kube, ns, "pair-1", 120)
+    note("pod_group_running_after_s", round(time.monotonic() - created, 2))
+    scheduled = [next(c["lastTransitionTime"] for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
+                 for p in (first, second)]
+    assert scheduled[0] == scheduled[1] or abs(
+        time.mktime(time.strptime(scheduled[0], "%Y-%m-%dT%H:%M:%SZ"))
+        - time.mktime(time.strptime(scheduled[1], "%Y-%m-%dT%H:%M:%SZ"))) <= 2, scheduled
+    records = [assert_handed(node, agent, p) for p in (first, second)]
+    assert all(r.product == "v100-50" for r in records)
+    note("pod_group", {"gpus": [r.gpus for r in records], "scheduled": scheduled})
