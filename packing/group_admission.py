@@ -221,7 +221,7 @@ class GroupFront:
         """The group at the front of the starving order, or None when that is a single claim (or nobody)."""
         now = view.now
         best: tuple[StarveKey, Group] | None = None
-        for g in view.groups:
+        for g in view.groups.waiting_groups():
             if g.entry not in view.order or not g.complete or not needs_gpu(g):
                 continue
             limit = group_age_limit(view, g)

@@ -147,7 +147,7 @@ class GroupBook:
         self._member: dict[str, GroupKey] = {}  # member claim -> its group
         self._entry: dict[str, GroupKey] = {}  # entry id -> its group
         self._waiting = 0  # waiting members, every group
-        self._lined = 0  # groups with a waiting member: those with an entry in line
+        self._lined: set[GroupKey] = set()  # groups with a waiting member: those with an entry in line
 
     def __len__(self) -> int:
         return len(self._groups)
@@ -177,13 +177,20 @@ class GroupBook:
 
     def lined(self) -> int:
         """Groups with a waiting member (each has one entry in the waiting order)."""
-        return self._lined
+        return len(self._lined)
+
+    def waiting_groups(self) -> Iterator[Group]:
+        """The groups with a waiting member."""
+        return (self._groups[k] for k in self._lined)
 
     def _count(self, group: Group, before: int) -> None:
         """Keep the counts after ``group``'s waiting members went from ``before`` to what they are."""
         after = len(group.waiting)
         self._waiting += after - before
-        self._lined += (after > 0) - (before > 0)
+        if after:
+            self._lined.add(group.key)
+        else:
+            self._lined.discard(group.key)
 
     def _group(self, namespace: str, tag: MemberOf, arrived_at: float, seq: int) -> Group:
         key = (namespace, tag.name)
@@ -270,5 +277,5 @@ class GroupBook:
                 assert (g.arrived_at, g.seq) <= first, f"group {g.label}: its place is behind a member's"
         assert members == self._member, "member index drifted"
         assert self._waiting == sum(len(g.waiting) for g in self._groups.values()), "waiting count drifted"
-        assert self._lined == sum(1 for g in self._groups.values() if g.waiting), "lined count drifted"
+        assert self._lined == {k for k, g in self._groups.items() if g.waiting}, "lined groups drifted"
         assert set(self._entry.values()) == set(self._groups), "entry index drifted"
