@@ -191,7 +191,7 @@ class ClaimQueue:
         group's member takes its group's members that hold only a reservation back in line with it:
         their released allocations are returned (none for any other claim)."""
         if claim not in self._book:
-            if claim in self._order:
+            if self.state(claim) == "waiting":
                 raise QueueError(f"claim {claim} is waiting, not running; use withdraw()")
             raise UnknownClaimError(f"claim {claim} is not running in this queue")
         if claim in self.ledger.allocations:

@@ -307,6 +307,8 @@ def test_group_entry_ids_are_not_claims() -> None:
     with pytest.raises(QueueError, match="already waiting"):
         q.arrive(member("g-0", "g", 2))
     assert q.claim("g-0").group == MemberOf("g", 2)
+    with pytest.raises(QueueError, match="waiting, not running"):
+        q.depart("g-0", 1.0)
     assert q.waiting() == 1
     checked(q)
 
