@@ -473,6 +473,10 @@ class ExtenderState:
             return BindOutcome(plan.code, plan.message)
         if plan.step is BindStep.BINDER_ONLY or plan.request is None:
             return None, None
+        member = (ask is not None and ask.group is not None) or self.waiting.queue.group_of(uid) is not None
+        if plan.step is BindStep.PLACE and held is None and member:  # a group's member binds only as admitted
+            return BindOutcome(BindCode.GROUP_INCOMPLETE, f"pod {args.pod_key} is a pod group's member without a "
+                               "reservation (its group went back in line): it binds only with its whole group")
         if ask is None or ask.request != plan.request:  # evicted from the pod cache: the ledger knows the ask
             ask = PodAsk(uid, args.pod_name, args.pod_namespace, plan.request)
         if plan.step is BindStep.COMMIT:

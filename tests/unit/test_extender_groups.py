@@ -283,3 +283,15 @@ def test_gpuslice_queue_shows_the_group_and_its_members() -> None:
     assert lines[0].split() == ["NAME", "POSITION", "PRODUCT", "GROUP", "REASON", "WAITED", "MESSAGE"]
     assert "train (1/3)" in lines[1]
     assert '"group": {\n        "name": "train",\n        "present": 1,\n        "size": 3\n      }' in as_json([row])
+
+
+def test_a_member_whose_group_went_back_never_binds_alone() -> None:
+    state, api, gate, binder, _clock, _ = cluster(gpus=2)
+    a = arrive(state, api, member("a"), 100.0)
+    b = arrive(state, api, member("b"), 101.0)
+    gate.step()
+    state.observe_gone(uid(b))  # the group goes back: a's reservation is released
+    assert uid(a) not in state.ledger.allocations
+    out = state.core.bind(BindingArgs("a", "team", uid(a), "n1"))  # kube-scheduler had it in its binding cycle
+    assert out.code is BindCode.GROUP_INCOMPLETE and "without a reservation" in out.error
+    assert binder.bound == {} and uid(a) not in state.ledger.allocations
