@@ -334,6 +334,8 @@ class ExtenderState:
         held = self.ledger.allocations.get(ask.uid)
         if held is not None and not held.reserved:
             return bound_elsewhere(names, held.node, request)
+        if ask.group is not None and held is not None and held.node in names:
+            return FilterDecision([held.node])  # a group's member keeps what its group's admission reserved
         if ask.group is not None and held is None:  # only the queue places a group's member, with its group
             if self.config.standalone:
                 return group_refused(names)

@@ -134,10 +134,11 @@ class Events:
         return [e["reason"] for e in self.events if e["involvedObject"]["name"] == name]
 
 
-def cluster(gpus: int = 2, wait_s: float = 5.0) -> tuple[ClusterState, FakePods, GateController, Binder, Clock, Events]:
+def cluster(gpus: int = 2, wait_s: float = 5.0, mode: str = "strict"
+            ) -> tuple[ClusterState, FakePods, GateController, Binder, Clock, Events]:
     clock = Clock(5000.0)
     binder = Binder()
-    state = ClusterState(CATALOG, binder, StateConfig(reservation_ttl_s=30), clock=clock,
+    state = ClusterState(CATALOG, binder, StateConfig(mode=mode, reservation_ttl_s=30), clock=clock,
                          group_ready_timeout_s=READY_S, group_bind_wait_s=wait_s)
     state.sync_node("n1", synthetic_cards("n1", gpus, "Tesla-V100-SXM2-32GB", 32768))
     state.ready = True
@@ -197,13 +198,15 @@ def test_filter_refuses_a_member_the_queue_has_not_admitted() -> None:
     assert "need the cluster's queue gate" in refused.result.unresolvable["n1"]
 
 
-def test_members_bind_together_at_the_barrier() -> None:
-    state, api, gate, binder, _clock, _ = cluster(gpus=2)
+@pytest.mark.parametrize("mode", ["strict", "cooperative"])
+def test_members_bind_together_at_the_barrier(mode: str) -> None:
+    state, api, gate, binder, _clock, _ = cluster(gpus=2, mode=mode)
     a = arrive(state, api, member("a"), 100.0)
     b = arrive(state, api, member("b"), 101.0)
     gate.step()
-    for d in (a, b):
+    for d in (a, b):  # each filter keeps the reservation its group's admission made (cooperative too)
         assert state.core.filter(ExtenderArgs(d, ["n1"])).result.node_names == ["n1"]
+        assert state.ledger.allocations[uid(d)].reserved
     results: dict[str, Any] = {}
 
     def bind(d: dict[str, Any]) -> None:
