@@ -201,8 +201,8 @@ class GroupFront:
                 self.target = None
                 return out
             choice = view.choose(g.entry_claim().request)
-            target = self._target(view, g)
-            if choice is None and target is not None:
+            target = self._target(view, g) if choice is None else None
+            if target is not None:
                 choice = place_on_target(view.ledger, g.requests(), target.placements)
             if choice is not None:
                 assert isinstance(choice, GroupChoice)
@@ -210,6 +210,7 @@ class GroupFront:
                 self.target = None
                 continue
             if target is None:  # cannot happen for a satisfiable group; nothing to hold then
+                self.target = None
                 return out
             self.target = target
             for _, gpus in target.placements:
