@@ -1,7 +1,8 @@
 """Pod groups in the admission step: the view that places a group as one unit, and the group front.
 
 **One unit.** A group's entry (``packing.group_book``) sits in the waiting order with a
-``GroupRequest`` of its own; ``GroupView`` is the strategies' ``AdmissionView`` that knows it:
+``GroupRequest`` (complete groups asking alike share one); ``GroupView`` is the strategies'
+``AdmissionView`` that knows it:
 
 * ``satisfiable`` (given by the queue): the group is complete and the cluster, empty, could hold
   every member at once (``group_fit.group_could_hold``); an incomplete or invalid group never fits,
@@ -87,16 +88,16 @@ class GroupView(AdmissionView):
         super().__init__(now, ledger, policy, order, book, reservation_ttl, satisfiable, age_limit)
         self.groups = groups
         self.members: dict[str, list[Admission]] = {}  # group entry admitted this step -> its members' admissions
-
-    def group(self, request: Request) -> Group | None:
-        """The group whose entry has ``request`` as its shape; None for a claim of one pod."""
-        return self.groups.by_entry(request.group) if isinstance(request, GroupRequest) else None
+        # member sets that fit nowhere in this step (per set of nodes allowed): capacity only shrinks
+        # within a step, so groups of the same members cost one placement attempt, as a request shape does
+        self._misfit: set[tuple[frozenset[tuple[Request, int]], frozenset[str] | None]] = set()
 
     def over_entitlement(self, cls: ClaimClass) -> bool:
-        g = self.group(cls.shape)
-        if g is None:
+        r = cls.shape
+        if not isinstance(r, GroupRequest):
             return super().over_entitlement(cls)
-        return self.group_shortfall(g) is not None
+        ns = cls.namespace  # every group of the class asks alike in one namespace: one answer for all
+        return group_shortfall(self.book.entitlement(ns), ns, r.member_requests(), self.book.usage(ns)) is not None
 
     def group_shortfall(self, g: Group) -> str | None:
         """Why the group's waiting members together would take their namespace over its entitlement."""
@@ -104,12 +105,17 @@ class GroupView(AdmissionView):
         return group_shortfall(self.book.entitlement(ns), ns, g.requests(), self.book.usage(ns))
 
     def choose(self, request: Request, nodes: Collection[str] | None = None) -> Choice | None:
-        g = self.group(request)
-        if g is None:
+        if not isinstance(request, GroupRequest):
             return super().choose(request, nodes)
-        if not g.complete:
+        if request.members is None:
+            return None  # waiting for members, or invalid
+        key = (request.members, None if nodes is None else frozenset(nodes))
+        if key in self._misfit:
             return None
-        return place_group(self.policy, self.ledger, g.requests(), nodes)
+        choice = place_group(self.policy, self.ledger, request.member_requests(), nodes)
+        if choice is None:
+            self._misfit.add(key)
+        return choice
 
     def admit(self, name: str, choice: Choice, backfill: bool = False) -> Admission:
         g = self.groups.by_entry(name)
@@ -117,7 +123,7 @@ class GroupView(AdmissionView):
             return super().admit(name, choice, backfill)
         if not isinstance(choice, GroupChoice):
             raise QueueError(f"{name} is a pod group: it is admitted with a GroupChoice of every member")
-        return self.admit_group(g, choice.members)
+        return self.admit_group(g, choice.for_members(g.requests()))
 
     def admit_on(self, name: str, node: str, gpus: tuple[str, ...], backfill: bool = False) -> Admission:
         if self.groups.by_entry(name) is not None:
@@ -172,7 +178,7 @@ def group_age_limit(view: AdmissionView, g: Group) -> float:
     request of several cards of that product: a product's own limit when one is set, else the
     default, else the strategy's for several cards (drain-soonest: 4 h), since a starving group
     holds several GPUs, as a multi-card head does."""
-    return min(view.age_limit(p, _several(p)) for p in {product_name(w.request) for w in g.members()})
+    return min(view.age_limit(p, _several(p)) for p in g.facts().products)
 
 
 def _several(product: str) -> Request:
@@ -206,7 +212,7 @@ class GroupFront:
                 choice = place_on_target(view.ledger, g.requests(), target.placements)
             if choice is not None:
                 assert isinstance(choice, GroupChoice)
-                out.append(view.admit_group(g, choice.members))
+                out.append(view.admit_group(g, choice.for_members(g.requests())))
                 self.target = None
                 continue
             if target is None:  # cannot happen for a satisfiable group; nothing to hold then
@@ -222,11 +228,15 @@ class GroupFront:
         """The group at the front of the starving order, or None when that is a single claim (or nobody)."""
         now = view.now
         best: tuple[StarveKey, Group] | None = None
+        limits: dict[frozenset[str], float] = {}
         for g in view.groups.waiting_groups():
-            if g.entry not in view.order or not g.complete or not needs_gpu(g):
-                continue
-            limit = group_age_limit(view, g)
+            products = g.facts().products
+            limit = limits.get(products)
+            if limit is None:
+                limit = limits[products] = group_age_limit(view, g)
             if now - g.arrived_at <= limit:
+                continue  # not starving yet: the cheap test first, most groups stop here
+            if g.entry not in view.order or not g.complete or not needs_gpu(g):
                 continue
             if not view.satisfiable(g.entry_claim().request) or view.group_shortfall(g) is not None:
                 continue
@@ -285,9 +295,13 @@ def describe_members(requests: Collection[Request]) -> str:
     return ", ".join(f"{n} x {what}" for what, n in counts.items())
 
 
+FitMemo = dict[frozenset[tuple[Request, int]], tuple[bool, bool, int]]  # members -> (fit off held, fit, how many)
+
+
 def group_facts(view: GroupView, g: Group, front: GroupFront, held_nodes: frozenset[str],
-                satisfiable: bool) -> tuple[ClassFacts, float | None]:
-    """Why the group waits (one reason for all its members) and, for the front, its estimated start."""
+                satisfiable: bool, memo: FitMemo | None = None) -> tuple[ClassFacts, float | None]:
+    """Why the group waits (one reason for all its members) and, for the front, its estimated start.
+    ``memo`` keeps the fit checks of one explain pass: groups asking alike fit alike."""
     product = g.entry_claim().product
     requests = g.requests()
     nodes: frozenset[str] | None = None
@@ -329,13 +343,20 @@ def group_facts(view: GroupView, g: Group, front: GroupFront, held_nodes: frozen
         return ClassFacts(WAITING_FOR_RESERVATION, f"{what}; waited {span(view.now - g.arrived_at)}, past its "
                           f"{span(limit)} limit: holding {_where(where)} for it (nothing else starts "
                           f"there unless it ends first; freed, by declared ends, {when})", False, product, nodes), est
-    free = [n for n in view.ledger.nodes if n not in held_nodes]
-    if place_group(view.policy, view.ledger, requests, free if held_nodes else None) is not None:
+    memo = {} if memo is None else memo
+    fits = memo.get(g.multiset())
+    if fits is None:
+        free = [n for n in view.ledger.nodes if n not in held_nodes]
+        off_held = place_group(view.policy, view.ledger, requests, free if held_nodes else None) is not None
+        anywhere = off_held or (bool(held_nodes) and place_group(view.policy, view.ledger, requests) is not None)
+        k = 0 if anywhere else fitting_members(view.policy, view.ledger, list(requests))
+        fits = memo[g.multiset()] = (off_held, anywhere, k)
+    off_held, anywhere, k = fits
+    if off_held:
         return ClassFacts(ADMISSIBLE, FITS_NOW, True, product, nodes), None
-    if held_nodes and place_group(view.policy, view.ledger, requests) is not None:
+    if anywhere:
         return ClassFacts(BLOCKED_BY_HEAD_OF_LINE, f"{what}; they fit now only on capacity held for the head of "
                           f"the line (nodes {', '.join(sorted(held_nodes))})", False, product, nodes), None
-    k = fitting_members(view.policy, view.ledger, list(requests))
     return ClassFacts(NO_CAPACITY, f"{what}, each on a node it may use; only {k} would fit now", False,
                       product, nodes), None
 

@@ -6,8 +6,10 @@ their slice (admitted or bound), the size each member declared, and the group's 
 its first member's arrival (kept while any member is known, so a member deleted and re-created,
 or a group put back after a failed bind, keeps the place). A group with at least one waiting
 member is **one entry** of the waiting order (``entry``): a ``WaitingClaim`` whose request is a
-``GroupRequest``, a request shape of its own, so the admission strategies walk it as one unit;
-the queue's view places it as a whole (``packing.group_fit``).
+``GroupRequest``, so the admission strategies walk it as one unit; the queue's view places it as a
+whole (``packing.group_fit``). Complete groups whose waiting members ask alike share one
+``GroupRequest`` (their members, counted), hence one request shape: a step that finds no room for
+such a group skips every other group like it at once, as it does claims of one shape.
 
 A group is
 
@@ -20,11 +22,13 @@ already running are the rest of a group whose members were re-created or put bac
 
 Invariants (``verify``): every member is in exactly one group, waiting or running; a group with a
 waiting member has an entry id, and no group is empty. Cost: every operation O(1) but ``entry``
-and the group's own figures, O(members).
+and the group's own figures, O(members) once after each change of its members (then memoised:
+an admission step asks them of every group in line).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -48,11 +52,33 @@ def is_entry(claim: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class GroupRequest(Request):
-    """A group's request shape in the waiting order: one per group (``group`` is its entry id), so
-    the strategies see each group as a class of its own. Its size fields are its first member's,
-    for display only: the queue's view places the members' own requests."""
+    """A group's request shape in the waiting order. A complete group's is its waiting members'
+    requests, counted (``members``): groups that ask alike share it. A group that cannot be placed
+    (waiting for members, invalid) has one of its own (``group``: its entry id), which never fits.
+    The size fields are its first member's, for display only: the queue's view places the members'
+    own requests."""
 
+    members: frozenset[tuple[Request, int]] | None = None
     group: str = ""
+
+    def member_requests(self) -> tuple[Request, ...]:
+        """The members' requests, in one order for equal shapes (empty for a group that cannot be placed)."""
+        if self.members is None:
+            return ()
+        return tuple(r for r, n in sorted(self.members, key=lambda rn: repr(rn[0])) for _ in range(n))
+
+
+@dataclass(frozen=True, slots=True)
+class _Facts:
+    """What a group's members make of it, computed once after each change of its members."""
+
+    members: tuple[WaitingClaim, ...]  # waiting, in arrival order
+    requests: tuple[Request, ...]
+    multiset: frozenset[tuple[Request, int]]  # the waiting members' requests, counted: equal for equal groups
+    products: frozenset[str]  # the products its waiting members are counted under
+    sizes: dict[int, int]  # declared size -> members declaring it
+    size: int
+    invalid: str | None
 
 
 @dataclass(slots=True)
@@ -65,6 +91,24 @@ class Group:
     seq: int  # that member's place among the queue's arrivals: the group's tie-break in line
     waiting: dict[str, tuple[WaitingClaim, int]] = field(default_factory=dict)  # member -> (claim, seq)
     running: dict[str, int] = field(default_factory=dict)  # member -> the size it declared
+    memo: _Facts | None = field(default=None, repr=False, compare=False)  # dropped by every change of members
+
+    def facts(self) -> _Facts:
+        """The group's figures from its members (memoised until the book changes its members)."""
+        if self.memo is None:
+            members = tuple(w for w, _ in sorted(self.waiting.values(), key=lambda ws: (ws[0].arrived_at, ws[1])))
+            requests = tuple(w.request for w in members)
+            sizes: dict[int, int] = {}
+            for w in members:
+                assert w.group is not None
+                sizes[w.group.size] = sizes.get(w.group.size, 0) + 1
+            for declared in self.running.values():
+                sizes[declared] = sizes.get(declared, 0) + 1
+            size = max(sizes, key=lambda k: (sizes[k], k)) if sizes else 0
+            self.memo = _Facts(members, requests, frozenset(Counter(requests).items()),
+                               frozenset(product_name(r) for r in requests), sizes, size,
+                               _invalid(sizes, len(members) + len(self.running), size))
+        return self.memo
 
     @property
     def key(self) -> GroupKey:
@@ -85,43 +129,34 @@ class Group:
 
     def sizes(self) -> dict[int, int]:
         """Declared size -> how many members declared it."""
-        out: dict[int, int] = {}
-        for w, _ in self.waiting.values():
-            assert w.group is not None
-            out[w.group.size] = out.get(w.group.size, 0) + 1
-        for size in self.running.values():
-            out[size] = out.get(size, 0) + 1
-        return out
+        return dict(self.facts().sizes)
 
     @property
     def size(self) -> int:
         """The size its members declare (the most common one when they disagree, the largest of those)."""
-        sizes = self.sizes()
-        return max(sizes, key=lambda s: (sizes[s], s)) if sizes else 0
+        return self.facts().size
 
     def invalid(self) -> str | None:
         """Why the group can never start as it is; None when it is valid."""
-        sizes = self.sizes()
-        if len(sizes) > 1:
-            said = ", ".join(f"{n} say {s}" for s, n in sorted(sizes.items(), key=lambda x: (-x[1], x[0])))
-            return f"its members disagree on the group's size ({said}); delete the odd ones or fix their annotation"
-        if self.present > self.size:
-            return (f"{self.present} pods are members of a group of {self.size}; delete the extra ones, or raise "
-                    "gpuslice.io/pod-group-size on every member")
-        return None
+        return self.facts().invalid
 
     @property
     def complete(self) -> bool:
         """Valid, with every member known: the waiting ones can be placed."""
-        return self.invalid() is None and self.present == self.size and bool(self.waiting)
+        f = self.facts()
+        return f.invalid is None and len(f.members) + len(self.running) == f.size and bool(f.members)
 
     def members(self) -> list[WaitingClaim]:
         """The waiting members, in arrival order."""
-        return [w for w, _ in sorted(self.waiting.values(), key=lambda ws: (ws[0].arrived_at, ws[1]))]
+        return list(self.facts().members)
 
     def requests(self) -> tuple[Request, ...]:
         """The waiting members' requests, in arrival order."""
-        return tuple(w.request for w in self.members())
+        return self.facts().requests
+
+    def multiset(self) -> frozenset[tuple[Request, int]]:
+        """The waiting members' requests, counted (groups of the same members have the same one)."""
+        return self.facts().multiset
 
     @property
     def priority(self) -> int:
@@ -134,9 +169,24 @@ class Group:
         first = members[0].request
         products = {product_name(w.request) for w in members}
         product = products.pop() if len(products) == 1 else "mixed"
-        shape = GroupRequest(first.milli, first.memory_mib, first.count, first.model, product,
-                             group=self.entry)
+        if self.complete:
+            shape = GroupRequest(first.milli, first.memory_mib, first.count, first.model, product,
+                                 members=self.multiset())
+        else:
+            shape = GroupRequest(first.milli, first.memory_mib, first.count, first.model, product,
+                                 group=self.entry)
         return WaitingClaim(self.entry, self.namespace, shape, arrived_at=self.arrived_at, priority=self.priority)
+
+
+def _invalid(sizes: dict[int, int], present: int, size: int) -> str | None:
+    """Why a group whose members declare ``sizes`` can never start as it is; None when it is valid."""
+    if len(sizes) > 1:
+        said = ", ".join(f"{n} say {s}" for s, n in sorted(sizes.items(), key=lambda x: (-x[1], x[0])))
+        return f"its members disagree on the group's size ({said}); delete the odd ones or fix their annotation"
+    if present > size:
+        return (f"{present} pods are members of a group of {size}; delete the extra ones, or raise "
+                "gpuslice.io/pod-group-size on every member")
+    return None
 
 
 class GroupBook:
@@ -184,7 +234,9 @@ class GroupBook:
         return (self._groups[k] for k in self._lined)
 
     def _count(self, group: Group, before: int) -> None:
-        """Keep the counts after ``group``'s waiting members went from ``before`` to what they are."""
+        """Keep the counts after ``group``'s members changed (its waiting ones went from ``before`` to what
+        they are), and drop its memoised figures."""
+        group.memo = None
         after = len(group.waiting)
         self._waiting += after - before
         if after:
@@ -217,6 +269,7 @@ class GroupBook:
         group = self.of(claim.claim)
         assert group is not None and claim.claim in group.waiting
         group.waiting[claim.claim] = (claim, group.waiting[claim.claim][1])
+        group.memo = None
         return group
 
     def run(self, member: str, namespace: str, tag: MemberOf, started_at: float, seq: int) -> Group:
@@ -272,6 +325,9 @@ class GroupBook:
             for m, (w, _) in g.waiting.items():
                 assert w.claim == m and w.namespace == g.namespace and w.group is not None \
                     and w.group.name == g.name, f"group {g.label}: member {m} drifted"
+            if g.memo is not None:
+                kept, g.memo = g.memo, None
+                assert g.facts() == kept, f"group {g.label}: stale memoised figures"
             if g.waiting:
                 first = min((w.arrived_at, s) for w, s in g.waiting.values())
                 assert (g.arrived_at, g.seq) <= first, f"group {g.label}: its place is behind a member's"

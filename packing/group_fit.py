@@ -1,10 +1,11 @@
 """Where a pod group fits: every member at once, each on a node its pod may use.
 
-* ``place_group``: the placement policy's choice for every member now, largest first, each seeing
-  the members placed before it (first fit decreasing through the policy's own ``choose``); None
-  when one does not fit, and then nothing of it stays in the ledger. For members of one shape (the
-  usual gang) this finds a placement whenever one exists: a member takes exactly one slot. For
-  members of several shapes it may miss one that a search would find; it never places part of a group.
+* ``place_group``: the placement policy's choice for every member now, largest first (then the one
+  that may use the fewest nodes), each seeing the members placed before it (first fit decreasing
+  through the policy's own ``choose``); None when one does not fit, and then nothing of it stays in
+  the ledger. For members of one shape (the usual gang) this finds a placement whenever one exists:
+  a member takes exactly one slot. For members of several shapes or node constraints it may miss
+  one that a search would find; it never places part of a group.
 * ``group_could_hold``: could the cluster, empty, hold every member at once (best fit decreasing
   over each node's cards, by the nodes each member may use)? A group for which it says no is
   ``Unsatisfiable``.
@@ -37,16 +38,33 @@ Placement = tuple[str, tuple[str, ...]]  # (node, GPUs) of one member
 
 @dataclass(frozen=True, slots=True)
 class GroupChoice(Choice):
-    """A whole group's placement: ``members`` in member order, each its (node, GPUs). ``node``,
-    ``gpus`` and ``key`` are the first member's, for code that reads a plain ``Choice``."""
+    """A whole group's placement: for each of ``requests``, its (node, GPUs) in ``members``. ``node``,
+    ``gpus`` and ``key`` are the first's, for code that reads a plain ``Choice``."""
 
     members: tuple[Placement, ...] = ()
+    requests: tuple[Request, ...] = ()
+
+    def for_members(self, requests: Sequence[Request]) -> tuple[Placement, ...]:
+        """The placements in the order of ``requests`` (a group's members, asking what ``self.requests``
+        asks, in any order): members asking alike are interchangeable."""
+        free: dict[Request, list[Placement]] = {}
+        for r, p in zip(self.requests, self.members, strict=True):
+            free.setdefault(r, []).append(p)
+        return tuple(free[r].pop(0) for r in requests)
 
 
-def largest_first(requests: Sequence[Request]) -> list[int]:
-    """Member indexes, largest request first (more cards, then more milli, then more memory), stable."""
-    return sorted(range(len(requests)), key=lambda i: (-requests[i].count, -requests[i].milli,
-                                                       -requests[i].memory_mib))
+def largest_first(requests: Sequence[Request], ledger: Ledger) -> list[int]:
+    """Member indexes, largest request first (more cards, then more milli, then more memory), and among
+    equals the one that may use the fewest nodes first (a member pinned to a pool before one that may
+    go anywhere); stable."""
+    everywhere = len(ledger.nodes)
+
+    def key(i: int) -> tuple[int, int, int, int]:
+        r = requests[i]
+        allowed = ledger.eligible(r)
+        return (-r.count, -r.milli, -r.memory_mib, everywhere if allowed is None else len(allowed))
+
+    return sorted(range(len(requests)), key=key)
 
 
 def place_group(policy: Policy, ledger: Ledger, requests: Sequence[Request],
@@ -59,7 +77,7 @@ def place_group(policy: Policy, ledger: Ledger, requests: Sequence[Request],
     first: Choice | None = None
     temp: list[str] = []
     try:
-        for i in largest_first(requests):
+        for i in largest_first(requests, ledger):
             c = choose_allowed(policy, ledger, requests[i], nodes)
             if c is None:
                 return None
@@ -73,7 +91,7 @@ def place_group(policy: Policy, ledger: Ledger, requests: Sequence[Request],
         for name in temp:
             ledger.release(name)
     assert first is not None and all(p is not None for p in placed)
-    return GroupChoice(first.node, first.gpus, first.key, tuple(p for p in placed if p is not None))
+    return GroupChoice(first.node, first.gpus, first.key, tuple(p for p in placed if p is not None), tuple(requests))
 
 
 def fitting_members(policy: Policy, ledger: Ledger, requests: Sequence[Request]) -> int:
@@ -82,7 +100,7 @@ def fitting_members(policy: Policy, ledger: Ledger, requests: Sequence[Request])
 
     temp: list[str] = []
     try:
-        for i in largest_first(requests):
+        for i in largest_first(requests, ledger):
             c = choose_allowed(policy, ledger, requests[i])
             if c is None:
                 break
@@ -109,7 +127,7 @@ def place_on_target(ledger: Ledger, requests: Sequence[Request], target: Sequenc
         for name in temp:
             ledger.release(name)
     node, gpus = target[0]
-    return GroupChoice(node, gpus, (), tuple(target))
+    return GroupChoice(node, gpus, (), tuple(target), tuple(requests))
 
 
 def _could_take(node: Node, r: Request) -> bool:
@@ -158,7 +176,7 @@ def group_could_hold(ledger: Ledger, requests: Sequence[Request]) -> tuple[Place
     empty = _Empty(ledger)
     out: list[Placement | None] = [None] * len(requests)
     nodes = sorted(ledger.nodes.values(), key=lambda n: n.order)
-    for i in largest_first(requests):
+    for i in largest_first(requests, ledger):
         r = requests[i]
         best: tuple[tuple[int, int], Node, tuple[str, ...]] | None = None
         for node in nodes:
@@ -194,7 +212,7 @@ def pick_group_target(ledger: Ledger, requests: Sequence[Request], runs: Mapping
     ``group_could_hold``'s placement serves)."""
     empty = _Empty(ledger)
     out: list[Placement | None] = [None] * len(requests)
-    for i in largest_first(requests):
+    for i in largest_first(requests, ledger):
         r = requests[i]
         best: tuple[tuple[float, float, int, int, str], Node, tuple[str, ...]] | None = None
         for node in ledger.nodes.values():

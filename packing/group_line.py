@@ -25,13 +25,13 @@ from dataclasses import replace
 
 from packing.claims import Admission, MemberOf, QueueError, WaitingClaim
 from packing.explain import ClassFacts, Explanation, GroupStatus
-from packing.group_admission import GroupFront, GroupView, group_facts
+from packing.group_admission import FitMemo, GroupFront, GroupView, group_facts
 from packing.group_book import Group, GroupBook, GroupRequest, is_entry
 from packing.group_fit import group_could_hold
 from packing.ledger import Allocation, Ledger
 from packing.products import Request
 from packing.running_book import RunningBook, RunningClaim
-from packing.waiting_order import WaitingOrder
+from packing.waiting_order import Entry, WaitingOrder
 
 MAX_CACHED_GROUPS = 4096  # satisfiability memo entries (distinct member sets)
 
@@ -45,7 +45,7 @@ class GroupLine:
         self.ledger = ledger
         self.groups = GroupBook()
         self.front = GroupFront()
-        self._holdable: dict[tuple[tuple[Request, ...], int], bool] = {}
+        self._holdable: dict[tuple[frozenset[tuple[Request, int]], int], bool] = {}
 
     def __contains__(self, claim: object) -> bool:
         return claim in self.groups
@@ -128,17 +128,16 @@ class GroupLine:
     # ---- the step --------------------------------------------------------------------------------
 
     def satisfiable(self, request: GroupRequest) -> bool:
-        """Is the group complete, and could the cluster, empty, hold all its waiting members at once?
-        Memoised per member set until the ledger's topology changes."""
-        g = self.groups.by_entry(request.group)
-        if g is None or not g.complete:
-            return False
-        key = (g.requests(), self.ledger.topology)
+        """Is it a complete group's shape, and could the cluster, empty, hold all those members at
+        once? Memoised per member set until the ledger's topology changes."""
+        if request.members is None:
+            return False  # waiting for members, or invalid
+        key = (request.members, self.ledger.topology)
         hit = self._holdable.get(key)
         if hit is None:
             if len(self._holdable) >= MAX_CACHED_GROUPS:
                 self._holdable.clear()
-            hit = self._holdable[key] = group_could_hold(self.ledger, key[0]) is not None
+            hit = self._holdable[key] = group_could_hold(self.ledger, request.member_requests()) is not None
         return hit
 
     def members_of(self, view: GroupView, admissions: list[Admission]) -> list[Admission]:
@@ -165,14 +164,22 @@ class GroupLine:
 
     # ---- explain -------------------------------------------------------------------------------------
 
+    @staticmethod
+    def own_classes(entries: Iterator[Entry]) -> Iterator[Entry]:
+        """``entries`` with each group's entry in a class of its own: groups asking alike share a class in
+        the waiting order, but each has its own reason (its members present, its front's hold)."""
+        for w, key, cid in entries:
+            yield (w, key, -key[2]) if isinstance(w.request, GroupRequest) else (w, key, cid)
+
     def facts(self, view: GroupView, w: WaitingClaim, held_nodes: frozenset[str],
-              estimates: dict[str, float | None]) -> ClassFacts | None:
-        """The class facts of a group's entry (None for a single claim); its estimated start in ``estimates``."""
-        g = view.group(w.request)
+              estimates: dict[str, float | None], memo: FitMemo) -> ClassFacts | None:
+        """The class facts of a group's entry (None for a single claim); its estimated start in ``estimates``;
+        ``memo``: the pass's fit checks, per member set."""
+        g = self.groups.by_entry(w.claim) if isinstance(w.request, GroupRequest) else None
         if g is None:
             return None
         assert isinstance(w.request, GroupRequest)
-        f, est = group_facts(view, g, self.front, held_nodes, self.satisfiable(w.request))
+        f, est = group_facts(view, g, self.front, held_nodes, self.satisfiable(w.request), memo)
         estimates[g.entry] = est
         return f
 

@@ -69,7 +69,7 @@ from packing.explain import (
     explain_in_order,
     unsatisfiable_message,
 )
-from packing.group_admission import GroupLens, GroupView
+from packing.group_admission import FitMemo, GroupLens, GroupView
 from packing.group_book import Group, GroupRequest, is_entry
 from packing.group_line import GroupLine
 from packing.ledger import Allocation, Ledger, Node
@@ -384,14 +384,15 @@ class ClaimQueue:
         if front is not None:
             held.update(node for node, _ in front.placements)
         estimates: dict[str, float | None] = {}
+        group_fits: FitMemo = {}
 
         def facts(w: WaitingClaim) -> ClassFacts:
-            group = self._groups.facts(view, w, frozenset(held), estimates)
+            group = self._groups.facts(view, w, frozenset(held), estimates, group_fits)
             return group if group is not None else self._class_facts(w, fits, wants)
 
         lens = GroupLens(self.strategy.lens(view), view, self._groups.front)
-        return self._groups.expand(explain_in_order(self._order.ordered_entries(limit), now, facts, lens), now,
-                                   estimates)
+        entries = self._groups.own_classes(self._order.ordered_entries(limit))
+        return self._groups.expand(explain_in_order(entries, now, facts, lens), now, estimates)
 
     def _class_facts(self, w: WaitingClaim, fits: dict[Request, bool], wants: dict[Request, str]) -> ClassFacts:
         """What holds for every claim of ``w``'s class now: unsatisfiable, over quota, or does it fit?

@@ -59,13 +59,19 @@ def test_the_group_keeps_its_first_members_place_and_the_least_priority() -> Non
     assert [w.claim for w in g.members()] == ["a", "b"]
     entry = g.entry_claim()
     assert entry.claim == entry_id("team", "train") and is_entry(entry.claim)
-    assert isinstance(entry.request, GroupRequest) and entry.request.group == entry.claim
+    # a complete group's shape is its members, counted: groups asking alike share it
+    assert isinstance(entry.request, GroupRequest) and entry.request.members == frozenset({(W, 2)})
+    book.wait(member("c", 3, at=9.0, group="other"), 10)
+    other = book.get("team", "other")
+    assert other is not None and not other.complete
+    shape = other.entry_claim().request
+    assert isinstance(shape, GroupRequest) and (shape.members, shape.group) == (None, other.entry)
     assert (entry.arrived_at, entry.priority, entry.product) == (2.0, 1, "v100-100")
     # a member leaving keeps the place; the last one leaving forgets the group
     book.leave("a")
     assert g.arrived_at == 2.0 and book.get("team", "train") is g
     book.leave("b")
-    assert book.get("team", "train") is None and len(book) == 0
+    assert book.get("team", "train") is None and len(book) == 1
     book.verify()
 
 

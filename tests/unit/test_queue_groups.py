@@ -332,3 +332,20 @@ def test_a_member_deleted_before_its_bind_takes_the_reserved_rest_back() -> None
     e = by_claim(q, 2.0)[names[1]]
     assert e.reason == WAITING_FOR_MEMBERS and e.group is not None and (e.group.present, e.group.size) == (2, 3)
     checked(q)
+
+
+def test_groups_asking_alike_share_one_shape_and_each_keeps_its_own_reason() -> None:
+    ledger = ledger_with(2)
+    q = ClaimQueue(ledger)
+    fillers(q, 2)
+    gang(q, "g", 2, at=1.0)
+    gang(q, "h", 2, at=2.0)
+    gang(q, "i", 3, at=3.0, present=1)
+    assert q.classes() == 2  # g and h: one class (one shape, namespace, priority); i waits for members
+    e = by_claim(q, 4.0)
+    assert "pod group team/g" in e["g-0"].message and "pod group team/h" in e["h-0"].message
+    assert (e["g-0"].position, e["h-0"].position, e["i-0"].position) == (1, 2, 3)
+    assert e["i-0"].reason == WAITING_FOR_MEMBERS
+    q.depart("filler-0", 5.0)
+    q.depart("filler-1", 5.0)
+    assert admitted(q, 5.0) == {"g-0", "g-1"}  # the first of the shape, then the shape is full
