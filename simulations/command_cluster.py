@@ -178,7 +178,8 @@ def _engine(args: argparse.Namespace, policy: str, admission: Any, catalog: Cata
                         max_drain_targets=admission.max_drain_targets, drain_horizon_s=admission.drain_horizon_s,
                         reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                         declare_limits=args.declare_limits, record_placements=bool(getattr(args, "placements", None)),
-                        entitlements=entitlements, prior=catalog_prior(catalog))  # the extender's cold start
+                        entitlements=entitlements, prior=catalog_prior(catalog),  # the extender's cold start
+                        gang=bool(getattr(args, "gang", False)))
 
 
 def run_seeds(snap: Snapshot, whatif: WhatIf, catalog: Catalog, config: EngineConfig, seeds: Sequence[int],

@@ -184,7 +184,7 @@ AGING = (AGING_GUARD, DRAIN_SOONEST)  # the strategies that age claims: an age l
 PROTOCOL_A_ONLY = ("--offline", "--processes", "--inflation", "--workers", "--scheduler")
 PROTOCOL_B_ONLY = ("--compare-admission", "--saturation", "--admission", "--rho", "--arrivals", "--host",
                    "--max-job-cards", "--age-limit", "--sla", "--reservation-ttl", "--bind-delay", "--declare-limits",
-                   "--runtimes-from", "--placements", "--runtime-cap", "--never-ran")
+                   "--runtimes-from", "--placements", "--runtime-cap", "--never-ran", "--gang")
 WORKLOAD_RULES: tuple[Applies | Conflict, ...] = (
     Conflict("--pods", "--trace", "--pods reads an openb pod list, --trace our own format: give one of them"),
     Conflict("--nodes", "--cards", "both give the cluster: keep --nodes (an openb node list) or --cards (N V100 "
