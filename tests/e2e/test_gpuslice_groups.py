@@ -4,12 +4,14 @@ Scenarios (the issue's): a group of 4 and a group of 3 whole cards on 3 free car
 whole group bound and the other waiting, gated, with a reason that says so; the cards freed for the
 waiting group start all its members together (bound within 2 s of each other); a member deleted
 while its group waits; a member kube-scheduler cannot place binds none of its group, and the
-group's deadline takes it back in line with an Event; the webhook refuses a member that disagrees
-with its group. Timings are printed (``-s``) and written to ``$GPUSLICE_E2E_TIMINGS``.
+group's deadline takes it back in line with an Event; a member whose Binding the API server refuses
+goes back in line with an Event and binds once the refusal goes; the webhook refuses a member that
+disagrees with its group. Timings are printed (``-s``) and written to ``$GPUSLICE_E2E_TIMINGS``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -204,6 +206,87 @@ def test_a_member_kube_scheduler_cannot_place_binds_none_and_the_group_goes_back
     started_at = bound_times(kube, ns, ["stuck-0", "stuck-1b"], READY_S + 30)
     assert set(started_at) == {"stuck-0", "stuck-1b"}
     assert max(started_at.values()) - min(started_at.values()) <= 2.0
+
+
+@contextlib.contextmanager
+def refuse_bindings(kube: Kube, ns: str, prefix: str) -> Iterator[None]:
+    """While open: the API server refuses every Binding of a pod of ``ns`` whose name starts with ``prefix``
+    (a ValidatingAdmissionPolicy on pods/binding, as a tenant's or a platform's policy might)."""
+    name = f"{ns}-refuse-bindings"
+    policy = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+              "metadata": {"name": name},
+              "spec": {"failurePolicy": "Fail",
+                       "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                                                               "operations": ["CREATE"],
+                                                               "resources": ["pods/binding"]}]},
+                       "validations": [{"expression": f"!object.metadata.name.startsWith('{prefix}')",
+                                        "message": "refused by the test's policy"}]}}
+    binding = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+               "metadata": {"name": name},
+               "spec": {"policyName": name, "validationActions": ["Deny"],
+                        "matchResources": {"namespaceSelector": {"matchLabels": {
+                            "kubernetes.io/metadata.name": ns}}}}}
+    base = "/apis/admissionregistration.k8s.io/v1"
+    kube.request("POST", f"{base}/validatingadmissionpolicies", policy)
+    kube.request("POST", f"{base}/validatingadmissionpolicybindings", binding)
+    try:
+        probe = 0
+
+        def refused() -> bool:  # the policy is in force once the API server refuses a Binding it covers
+            nonlocal probe
+            probe += 1
+            pod = h.slice_pod(f"{prefix}probe-{probe}")
+            pod["spec"]["schedulerName"] = "no-such-scheduler"  # nobody else binds it
+            h.create_pod(kube, ns, pod)
+            try:
+                kube.request("POST", f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}/binding", {
+                    "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod["metadata"]["name"]},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": "nowhere"}})
+            except KubeError as e:
+                return "refused by the test's policy" in str(e)
+            finally:
+                h.delete_now(kube, ns, pod["metadata"]["name"])
+            return False
+
+        h.poll(refused, 20, "the test's binding policy to be in force", interval=0.5)
+        yield
+    finally:
+        for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+            try:
+                kube.request("DELETE", f"{base}/{kind}/{name}")
+            except KubeError as e:
+                if e.status != 404:
+                    raise
+
+
+def test_a_binding_the_api_server_refuses_puts_the_member_back_with_an_event_and_it_binds_once_accepted(
+        gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
+    add_nodes(gs, nodes, 1, 2, "refuse")
+    with refuse_bindings(kube, ns, "refused-"):
+        h.create_pod(kube, ns, member("ok-0", "flaky", 2))
+        h.create_pod(kube, ns, member("refused-1", "flaky", 2))
+
+        def rolled_back() -> list[dict[str, Any]] | None:
+            events = [e for e in h.events_of(kube, ns, "refused-1") if e["reason"] == "PodGroupRolledBack"]
+            return events or None
+
+        created = time.monotonic()
+        events = h.poll(rolled_back, 30, "a PodGroupRolledBack Event on the member whose Binding was refused")
+        note("refused_binding_rolled_back_after_s", round(time.monotonic() - created, 2))
+        assert "its bind failed" in events[0]["message"] and events[0]["type"] == "Warning", events[0]["message"]
+        assert 'gpuslice_bind_failures_total{reason="BinderFailed"}' in gs.extender.metrics()
+        assert not h.node_of(kube.get_pod(ns, "refused-1") or {})
+        # ok-0 passed the barrier with it, and its Binding was accepted: a bound pod cannot be unbound
+        # (packing/QUEUE.md, "No partial hold": members already bound stay), so it keeps its card
+        h.wait_bound(kube, ns, "ok-0", timeout=10)
+        held = {a["pod"]: a for a in gs.extender.state()["allocations"] if a["pod"]}
+        assert held[f"{ns}/ok-0"]["state"] == "bound"
+        assert sum(1 for a in held.values() if a["pod"].startswith(f"{ns}/")) <= 2  # no slice leaked by the retries
+    accepted = time.monotonic()
+    h.wait_bound(kube, ns, "refused-1", timeout=60)  # the policy is gone: a retry's Binding is accepted
+    note("refused_member_bound_after_policy_gone_s", round(time.monotonic() - accepted, 2))
+    usage = h.gpu_usage(p for p in h.pods(kube, ns) if h.node_of(p))
+    assert sorted(milli for milli, _ in usage.values()) == [1000, 1000], usage
 
 
 def test_the_webhook_refuses_a_member_that_disagrees_with_its_group(gs: h.Gpuslice, kube: Kube, nodes: list[str],
