@@ -9,6 +9,8 @@ independently of the queue's code:
 * **never a partial hold**: no member admitted with others of its group holds only a reservation
   while one of those waits: a lapsed, failed or deleted member takes every reserved member of its
   group back in line (released);
+* **reservations released on timeout**: no reservation outlives the queue's TTL, and a member whose
+  reservation lapsed is back in line (with its group) or admitted afresh, whole, in that step;
 * **no deadlock**: whenever nothing holds any capacity, a step starts something if a complete,
   valid group or a claim that could ever fit waits within its entitlement -- two groups that could
   each run alone never wait for each other;
@@ -18,7 +20,7 @@ independently of the queue's code:
 
 from __future__ import annotations
 
-from hypothesis import settings
+from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -115,9 +117,19 @@ class GroupMachine(RuleBasedStateMachine):
         for name, w in before.items():
             if w.group is not None:
                 members_before.setdefault(w.group.name, set()).add(name)
+        lapsed = {c for c, a in self.ledger.allocations.items()
+                  if a.reserved and a.expires_at is not None and a.expires_at <= self.now}
         out = self.q.admit(self.now)
         got = {a.claim for a in out}
         assert len(got) == len(out), "a claim admitted twice"
+        # reservations released on timeout: none outlives its TTL, and a lapsed one is back in line
+        # (or admitted afresh in this very step, its group whole)
+        for c, a in self.ledger.allocations.items():
+            assert not a.reserved or a.expires_at is None or a.expires_at > self.now, f"{c}'s reservation outlived it"
+        waiting_now = {w.claim for w in self.q.in_order()}
+        assert all(c in waiting_now or c in got for c in lapsed), f"{sorted(lapsed - waiting_now - got)} lapsed, lost"
+        if lapsed:
+            event("a reservation lapsed")  # --hypothesis-show-statistics: how often the check had something to check
         for group, waiting in members_before.items():
             started = waiting & got
             assert not started or started == waiting, f"group {group}: {sorted(started)} of {sorted(waiting)} started"
