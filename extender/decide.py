@@ -103,7 +103,8 @@ class PolicyUse:
 
     policy: Policy
     node_local: bool  # a node's key reads that node alone: keys may be cached per node
-    indexed_best: bool  # ``best_nodes`` walks the ledger's sorted index: cheaper than the cached keys
+    indexed_best: bool  # ``best_nodes`` is a logarithmic look-up (``Capabilities.indexed``): cheaper than cached keys
+    view_keys: bool = False  # the fit views cache each node's key (a policy with a KeyIndex keeps its own)
 
     @classmethod
     def named(cls, name: str, catalog: Catalog | None = None) -> PolicyUse:
@@ -113,7 +114,7 @@ class PolicyUse:
         policy = policy_for(name, prior=catalog_prior(catalog) if catalog is not None else ())
         caps = policy.capabilities
         node_local = caps.node_local and not caps.sampled
-        return cls(policy, node_local, node_local and caps.indexed)
+        return cls(policy, node_local, node_local and caps.indexed, node_local and not caps.key_index)
 
 
 # ---- filter ----------------------------------------------------------------------------------------
@@ -205,7 +206,7 @@ def filter_nodes(
 
 def best_nodes(ledger: Ledger, view: ShapeView, use: PolicyUse, request: Request, fitting: set[str]) -> list[str]:
     """The fitting nodes tying for the policy's best exact key, in stable node order."""
-    if use.indexed_best or not use.node_local:
+    if use.indexed_best or not use.view_keys:
         return use.policy.best_nodes(ledger, request, fitting)
     keys = {n: view.notes[n].key for n in fitting}
     best = min(k for k in keys.values() if k is not None)
@@ -226,10 +227,12 @@ def waiting_summary(request: Request, codes: Mapping[Code, int], total: int) -> 
 def score_nodes(ledger: Ledger, view: ShapeView, use: PolicyUse, request: Request,
                 names: Collection[str]) -> dict[str, int]:
     """0..10 per node where ``request`` fits (10: the best key), from the ledger as if the pod held nothing."""
-    if use.node_local:
+    if use.view_keys:
         fits, notes = view.fits, view.notes
         keys: dict[str, NodeKey] = {n: k for n in names if n in fits and (k := notes[n].key) is not None}
         return scale_scores(keys)
+    if use.node_local:  # the policy's own KeyIndex: a look-up per node
+        return scale_scores(use.policy.keys(ledger, request, [n for n in names if n in view.fits]))
     return {n: s for n, s in use.policy.scores(ledger, request, names).items() if s}
 
 

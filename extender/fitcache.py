@@ -8,6 +8,8 @@ used. Then a filter is set algebra (candidates ∩ fits) plus a look-up per node
 Only node-local policies (a node's key reads that node alone) may cache keys; for any other policy
 the view caches fit and reasons, and keys are computed on demand. The keys of a policy that reads
 the workload mix or the load phase are re-checked on every node when either moves (``Policy.key_version``).
+A policy with its own ``KeyIndex`` (``Capabilities.key_index``) keeps its keys there, one per node state
+rather than per node: the views cache none of them, and a new mix costs them nothing.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ class FitCache:
         filters by them before it asks us), and pods pinned many ways must not thrash the views."""
         if request.constraints is not None:
             request = replace(request, constraints=None)
-        if self.use.node_local and self.use.policy.key_version != self._key_version:
+        if self.use.view_keys and self.use.policy.key_version != self._key_version:
             self._key_version = self.use.policy.key_version
             for name in self.ledger.nodes:
                 self.touch(name)
@@ -83,7 +85,7 @@ class FitCache:
             return
         misfit = self.ledger.explain(view.request, name)
         if misfit is None:
-            key = self.use.policy.node_key(self.ledger, view.request, node) if self.use.node_local else None
+            key = self.use.policy.node_key(self.ledger, view.request, node) if self.use.view_keys else None
             view.notes[name] = FitNote(None, "", True, key)
             view.fits.add(name)
         else:

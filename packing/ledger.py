@@ -14,10 +14,14 @@ Invariants (checked by ``verify`` and the stateful property tests):
 Best fit is a logarithmic look-up: GPUs sit in a ``SortedList`` per model, keyed by
 (free milli, free milli of their node, node order, GPU index), so the first key at or above a
 request's size is the tightest GPU, with ties going to the fullest node, then a stable order.
+
+Readers that keep their own index over node capacity (``packing.key_index``) learn which nodes
+changed from a ``ChangeFeed`` (``Ledger.feed``): O(feeds) per node change, held weakly.
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -160,6 +164,25 @@ GpuKey = tuple[int, int, int, int, str]
 NodeKey = tuple[int, int, int, str]
 
 
+class ChangeFeed:
+    """The names of the nodes whose capacity changed since the reader last took them: added, removed,
+    allocated on, released on, a GPU withdrawn or back. Labels, taints and cordon are not capacity
+    (``Ledger.topology`` counts those). The ledger holds a feed weakly: a reader that goes away costs nothing."""
+
+    __slots__ = ("__weakref__", "_names")
+
+    def __init__(self) -> None:
+        self._names: set[str] = set()
+
+    def take(self) -> set[str]:
+        """The names gathered since the last take (each once), and an empty feed."""
+        names, self._names = self._names, set()
+        return names
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
 class Ledger:
     """Free capacity and allocations of one cluster; single-threaded (callers lock)."""
 
@@ -175,6 +198,17 @@ class Ledger:
         self.topology = 0  # bumped when a node joins, leaves, or changes labels, taints or cordon
         self._eligible: dict[NodeConstraints | None, frozenset[str] | None] = {}  # per topology: nodes allowed
         self._closed = 0  # nodes a request without constraints may not use (cordoned or tainted)
+        self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
+
+    def feed(self) -> ChangeFeed:
+        """A new ``ChangeFeed``: every node whose capacity changes from now on is named in it."""
+        feed = ChangeFeed()
+        self._feeds.add(feed)
+        return feed
+
+    def _changed(self, name: str) -> None:
+        for feed in self._feeds:
+            feed._names.add(name)
 
     # ---- inventory -------------------------------------------------------------------------
 
@@ -268,6 +302,7 @@ class Ledger:
         for g in node.gpus:
             del self.gpus[g.uuid]
         del self.nodes[name]
+        self._changed(name)
         self._closed -= not node.facts.open
         self._topology_changed()
         return dropped
@@ -303,6 +338,8 @@ class Ledger:
                 whole_index = self._whole_index[model] = SortedList()
             whole_index.add((whole, free, node.order, node.name))
         self._node_index.add((free, node.order, node.name))
+        if self._feeds:
+            self._changed(node.name)  # every change of a node's capacity re-indexes it: one place to tell
 
     def _unindex_node(self, node: Node) -> None:
         free = node.free_gpu_milli

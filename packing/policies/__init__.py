@@ -5,9 +5,9 @@
 ``first_fit``          the first node in stable order that fits
 ``spread``             worst fit: the largest leftover, then the emptiest node
 ``frag_aware``         best fit that keeps empty cards whole while a partly used card fits
-``frag_gradient``      FGD's fragment-gradient levels with its own tie-breaks (unique keys)
-``gradient_fit``       the default (see its docstring and ``simulations/README.md``)
-``relative_gradient``  fragment-gradient levels in steps of the request's size, consolidation for slices
+``frag_gradient``      FGD's fragment-gradient levels with its own tie-breaks (unique keys; indexed)
+``gradient_fit``       the default (see its docstring and ``simulations/README.md``; indexed)
+``relative_gradient``  fragment-gradient levels in steps of the request's size, consolidation for slices (indexed)
 ``random_fit``         baseline: a random fitting node
 ``go_best_fit``        baseline: the FGD artifact's integer Best-fit score
 ``fgd``                baseline: FGD (ATC'23) re-implemented
@@ -15,6 +15,8 @@
 
 ``base`` defines ``Policy`` (key, pick, capabilities, context) and the verbs ``place``,
 ``place_on``, ``scale_scores``; ``registry`` holds the one immutable registry and ``policy_for``.
+"indexed": a decision is O(log n), through the ledger's sorted index (best fit) or a ``KeyIndex``
+(``packing.key_index``) of the policy's own keys (the gradient policies, instances from ``policy_for``).
 """
 
 from packing.policies.base import (

@@ -17,6 +17,11 @@ context-free entries; ``policy_for`` gives a user (the extender, one simulator r
 ``Capabilities`` say what callers may rely on instead of checking names: whether keys can be
 cached per node, whether the key follows the mix or the phase (drop cached keys when ``key_version`` moves),
 whether a logarithmic fast path answers ``best_nodes``, whether keys are unique per node.
+
+A policy that declares ``key_index`` gets a ``KeyIndex`` in its context from ``policy_for``
+(``packing.key_index``): ``best_nodes``, ``choose`` and ``keys`` then read node keys ranked per request
+shape and kept current as the ledger, the mix and the phase change, with exactly the answers of a scan
+(the registry's entries, without a context, scan).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field, replace
 
 from packing.fragment import EMPTY_MIX, TypicalMix
+from packing.key_index import KeyIndex
 from packing.ledger import Allocation, Gpu, Ledger, LedgerError, Misfit, Node, NoFit
 from packing.load_phase import LoadPhase
 from packing.mix_estimator import MixSource
@@ -50,7 +56,8 @@ class Capabilities:
     """What a policy declares about itself; callers branch on these, never on its name."""
 
     node_local: bool = True  # the key reads that node's own state only (and the mix, when needs_mix)
-    indexed: bool = False  # best_nodes has a logarithmic fast path through the ledger's sorted index
+    indexed: bool = False  # best_nodes has a logarithmic fast path (the ledger's sorted index, or key_index)
+    key_index: bool = False  # key = (a part read from the node's capacity state, node order): kept in a KeyIndex
     needs_mix: bool = False  # the key reads the workload's typical-pod mix (PolicyContext.mix)
     needs_phase: bool = False  # the key reads the load phase, filling or churning (PolicyContext.phase)
     mix_per_card: bool = False  # its online mix weighs a k-card shape 1/k of its claims (fragment.per_card_weights)
@@ -62,11 +69,13 @@ class Capabilities:
 
 @dataclass(frozen=True, slots=True)
 class PolicyContext:
-    """What a policy reads besides the ledger: the workload mix, the load phase and a random generator."""
+    """What a policy reads besides the ledger: the workload mix, the load phase and a random generator;
+    and the index of its keys (``Capabilities.key_index``), which only makes answers cheaper."""
 
     mix_source: MixSource | None = None
     rng: random.Random | None = None
     phase: LoadPhase | None = None
+    index: KeyIndex | None = None
 
     def mix(self) -> TypicalMix:
         """The current typical mix (empty without a source: every placement scores alike)."""
@@ -185,6 +194,8 @@ class Policy:
 
     def keys(self, ledger: Ledger, request: Request, nodes: Iterable[str]) -> dict[str, NodeKey]:
         """The exact key of every node in ``nodes`` where ``request`` fits."""
+        if self.context.index is not None:
+            return self.context.index.keys(ledger, request, self.node_key, self.key_version, nodes)
         out: dict[str, NodeKey] = {}
         for name in nodes:
             n = ledger.nodes.get(name)
@@ -196,6 +207,8 @@ class Policy:
 
     def best_nodes(self, ledger: Ledger, request: Request, nodes: Collection[str] | None = None) -> list[str]:
         """The nodes tying for this policy's best exact key, in stable node order."""
+        if self.context.index is not None:
+            return self.context.index.best(ledger, request, self.node_key, self.key_version, nodes)
         if self.fast_best is not None:
             fast = self.fast_best(self.context, ledger, request, nodes, False)
             if fast is not None:
@@ -222,6 +235,9 @@ class Policy:
     def _first_best(self, ledger: Ledger, request: Request, nodes: Collection[str] | None) -> str | None:
         """The first of ``best_nodes``; a fast path finds it without walking every tying node."""
         # a subclass that redefines best_nodes keeps its own answer
+        if self.context.index is not None and type(self).best_nodes is Policy.best_nodes:
+            first = self.context.index.best(ledger, request, self.node_key, self.key_version, nodes, True)
+            return first[0] if first else None
         if self.fast_best is not None and type(self).best_nodes is Policy.best_nodes:
             fast = self.fast_best(self.context, ledger, request, nodes, True)
             if fast is not None:

@@ -36,5 +36,5 @@ FRAG_GRADIENT = Policy(
     "FGD's fragment-gradient levels, ties broken by the policy itself (immune to random ties)",
     _key,
     fgd_pick,
-    Capabilities(needs_mix=True, unique_keys=True),
+    Capabilities(indexed=True, key_index=True, needs_mix=True, unique_keys=True),
 )

@@ -51,6 +51,11 @@ FGD's level. Once the cluster churns, the key of every request is ``(best-fit's 
 While filling, the pick inside the node is FGD's. The mix is learnt online from the claims that arrive
 (``packing.mix_estimator``), in the extender and in the simulator alike. Why it is the default,
 with the measurements: ``simulations/README.md``.
+
+**Cost**: every key above is a part read from the node's capacity state followed by its order
+(``key_index``), so an instance from ``policy_for`` ranks nodes in a ``packing.key_index.KeyIndex``:
+a decision is O(log n), like best fit's, and a new mix snapshot or a phase flip re-ranks one key per
+distinct node state, not per node. Its answers are a scan's (property-tested).
 """
 
 from __future__ import annotations
@@ -93,5 +98,5 @@ GRADIENT_FIT = Policy(
     "GPU-less pods; best fit once departures keep pace with arrivals (default)",
     _key,
     _pick,
-    Capabilities(needs_mix=True, needs_phase=True, unique_keys=True, mix_per_card=True),
+    Capabilities(indexed=True, key_index=True, needs_mix=True, needs_phase=True, unique_keys=True, mix_per_card=True),
 )

@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from packing.key_index import KeyIndex
 from packing.load_phase import LoadPhase
 from packing.mix_estimator import MixEstimator, MixSource
 from packing.policies.base import Policy, PolicyContext
@@ -50,11 +51,12 @@ def get_policy(name: str) -> Policy:
 def policy_for(name: str, mix: MixSource | None = None, seed: int = 0, prior: Iterable[Request] = ()) -> Policy:
     """A policy of its own for one user: ``mix`` (default: a fresh ``MixEstimator`` starting from
     ``prior`` when the policy reads the mix, per card when it declares ``mix_per_card``), a fresh
-    ``LoadPhase`` (filling) when it reads the phase, and a random generator seeded with ``seed`` when
-    it samples."""
+    ``LoadPhase`` (filling) when it reads the phase, a random generator seeded with ``seed`` when
+    it samples, and a ``KeyIndex`` of its own when it declares ``key_index``."""
     policy = get_policy(name)
     caps = policy.capabilities
     source = (mix or MixEstimator(prior=prior, per_card=caps.mix_per_card)) if caps.needs_mix else None
     rng = random.Random(seed) if caps.sampled else None
     phase = LoadPhase() if caps.needs_phase else None
-    return policy.with_context(PolicyContext(source, rng, phase))
+    index = KeyIndex() if caps.key_index else None
+    return policy.with_context(PolicyContext(source, rng, phase, index))

@@ -57,5 +57,5 @@ RELATIVE_GRADIENT = Policy(
     "fragment-gradient levels in steps of 12 % of the request, consolidation for slices, best fit for GPU-less pods",
     _key,
     fgd_pick,
-    Capabilities(needs_mix=True, unique_keys=True),
+    Capabilities(indexed=True, key_index=True, needs_mix=True, unique_keys=True),
 )

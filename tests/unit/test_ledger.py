@@ -326,3 +326,32 @@ def test_explain_no_slice_free() -> None:
     ledger.assign("b", H, "n0", ("n0-gpu1",))
     ledger.assign("c", Q, "n0", ("n0-gpu1",))
     assert explained(ledger, H) == Misfit("NoSliceFree", "no GPU with 500 milli free; largest free 250", True)
+
+
+def test_change_feed_names_each_node_whose_capacity_changed() -> None:
+    """A feed gathers the nodes changed since its last take, each once; labels are not capacity."""
+    ledger = ledger_with(2, 2)
+    feed = ledger.feed()
+    assert feed.take() == set()
+    ledger.assign("a", Q, "n0", ("n0-gpu0",))
+    ledger.assign("b", Q, "n0", ("n0-gpu1",))
+    ledger.withdraw("n1-gpu0")
+    assert len(feed) == 2 and feed.take() == {"n0", "n1"}
+    ledger.set_facts("n0", {"zone": "a"})
+    assert feed.take() == set(), "labels, taints and cordon are not capacity"
+    ledger.release("a")
+    ledger.add_node("n2", cards("n2", 1))
+    ledger.remove_node("n1")
+    assert feed.take() == {"n0", "n1", "n2"}
+    late = ledger.feed()
+    ledger.release("b")
+    assert feed.take() == late.take() == {"n0"}, "every feed hears every change from its start on"
+
+
+def test_a_dropped_feed_costs_the_ledger_nothing() -> None:
+    import gc
+
+    ledger = ledger_with(1)
+    ledger.feed()  # nobody holds it
+    gc.collect()
+    assert len(ledger._feeds) == 0
