@@ -10,6 +10,8 @@ configurations run in turn, ``--rounds`` times, the order rotated each round:
 * ``deployed``: gpuslice as the chart installs it (``deploy/manifests/``): the webhook gates and
   routes, the queue gate lifts, kube-scheduler (the rendered KubeSchedulerConfiguration) calls the
   extender over mutual TLS, the extender binds; pods ask for v100-25/25/50/50/100, shuffled;
+* ``deployed:best-fit``: the same with ``--policy best-fit`` instead of the chart's default policy
+  (``MODE:POLICY`` runs any registered policy so, e.g. ``nogate:best-fit``);
 * ``nogate``: the same with ``GPUSLICE_GATE=0`` (the webhook only routes; the queue only reserves and
   nudges).
 
@@ -27,6 +29,13 @@ Then, on ``--free-nodes`` full nodes with ``--waiting`` whole-card pods in line,
 one running pod is deleted, and the time until the next pod is bound is measured, with which pod it
 was: the queue's head (the oldest waiting pod) or another (the gate's fairness, and what running
 without it costs).
+
+The goals of the real path follow, each a ratio of the same round: the default policy's extender CPU
+per pod against best fit's, pods/s against plain, create->bound p99, the webhook's latency seen by
+kube-apiserver (p99 interpolated in its histogram's buckets, as Prometheus' ``histogram_quantile``
+does), pod creation against plain's (plain pods pass no webhook), the extender's CPU against
+kube-scheduler's. ``--guard RATIO`` (CI, ``make bench-e2e-guard``) exits 1 when the default policy's
+extender CPU per pod is above RATIO times best fit's in the same run.
 
 Timing figures on a shared machine are noisy; the ratios are measured side by side in the same run.
 """
@@ -67,7 +76,8 @@ from tests.e2e import gpuslice_harness as h
 from tests.e2e.cluster import ControlPlane, free_port
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = ("plain", "deployed", "nogate")
+CONFIGS = ("plain", "deployed", "deployed:best-fit", "nogate")
+DEFAULT_DEPLOYED, BEST_FIT_DEPLOYED = "deployed", "deployed:best-fit"  # the guard's pair
 MIX = ("v100-25", "v100-25", "v100-50", "v100-50", "v100-100")
 SIZE = {"v100-25": 0.25, "v100-50": 0.5, "v100-100": 1.0}
 V100 = "Tesla-V100-SXM2-32GB"
@@ -253,6 +263,37 @@ def group_cpu_s(pgid: int | None) -> float:
     return ticks / CLK_TCK
 
 
+def bucket_bounds(samples: Samples, metric: str, **match: str) -> list[str]:
+    """The ``le`` labels of a histogram's buckets (as exposed: "0.005", ..., "+Inf")."""
+    return sorted({labels["le"] for n, labels, _ in samples
+                   if n == metric and "le" in labels and all(labels.get(k) == w for k, w in match.items())},
+                  key=float)
+
+
+def histogram_quantile(q: float, buckets: Mapping[str, float]) -> float:
+    """The ``q`` quantile of cumulative bucket counts (``le`` -> count), interpolated linearly inside its
+    bucket as Prometheus' ``histogram_quantile`` does (the upper bound of the last finite bucket beyond it)."""
+    ordered = sorted(((float(le), c) for le, c in buckets.items()), key=lambda b: b[0])
+    if not ordered or ordered[-1][1] <= 0:
+        return float("nan")
+    rank = q * ordered[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in ordered:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            return lower + (bound - lower) * ((rank - below) / (count - below) if count > below else 1.0)
+        lower, below = bound, count
+    return lower
+
+
+def parse_config(config: str) -> tuple[str, str, str]:
+    """``MODE[:POLICY][@LABEL]`` as (mode, policy or "" for the chart's, source label or "" for this tree)."""
+    head, _, label = config.partition("@")
+    mode, _, policy = head.partition(":")
+    return mode, policy, label
+
+
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] if ordered else float("nan")
@@ -290,6 +331,7 @@ class Burst:
     cards_used: int = 0
     lower_bound: int = 0
     overcommitted: int = 0
+    webhook_p99_ms: float = float("nan")  # seen by kube-apiserver, interpolated in its histogram
 
     @property
     def rate(self) -> float:
@@ -412,11 +454,13 @@ class Bench:
         if config == "plain":
             self.cp.start_scheduler(self.plain_config, extra_args=[metrics_paths])
             return
-        mode, _, label = config.partition("@")
+        mode, policy, label = parse_config(config)
         settings = {**DEPLOYED_SETTINGS, "gate": "1" if mode == "deployed" else "0"}
         ext = self.g.new_extender("bench", port=self.port, **settings)
         ext.env["HOME"] = str(self.home)
         ext.root = self.sources[label]
+        if policy:
+            ext.overrides["--policy"] = policy
         ext.start()
         ext.wait_ready(120)
         self.ext = ext
@@ -470,7 +514,7 @@ class Bench:
     def burst(self, config: str, round_: int) -> Burst:
         args = self.args
         self.start_components(config)
-        namespace = new_namespace(self.api, f"{config.replace('@', '-')}{round_}")
+        namespace = new_namespace(self.api, f"{re.sub('[^a-z0-9-]', '-', config)}{round_}")
         rng = random.Random(round_)
         products: list[str | None] = [MIX[i % len(MIX)] for i in range(args.pods)]
         rng.shuffle(products)
@@ -553,9 +597,14 @@ class Bench:
         attempts = delta("scheduler_schedule_attempts_total", "scheduler")
         verbs: dict[str, tuple[float, float]] = {}
         hooks = delta("apiserver_admission_webhook_admission_duration_seconds_count", name=WEBHOOK)
+        webhook_p99 = float("nan")
         if hooks:
             seconds = delta("apiserver_admission_webhook_admission_duration_seconds_sum", name=WEBHOOK)
             verbs["webhook seen by kube-apiserver"] = (hooks / n, seconds / hooks * 1000)
+            webhook_p99 = histogram_quantile(0.99, {
+                le: delta("apiserver_admission_webhook_admission_duration_seconds_bucket", name=WEBHOOK, le=le)
+                for le in bucket_bounds(after.api, "apiserver_admission_webhook_admission_duration_seconds_bucket",
+                                        name=WEBHOOK)}) * 1000
         for verb in ("filter", "prioritize", "bind", "webhook"):
             calls = delta("gpuslice_extender_request_seconds_count", "extender", verb=verb)
             seconds = delta("gpuslice_extender_request_seconds_sum", "extender", verb=verb)
@@ -566,7 +615,8 @@ class Bench:
             connections = delta("gpuslice_extender_connections_total", "extender")
         return Burst(config, round_, self.args.pods, len(bound), max(1e-9, last - first), create_seconds, retries,
                      latencies, cpu, requests / n, Counter({k: v / n for k, v in kinds.items()}), webhook / n,
-                     events / n, watch_bytes / n / 1024, algo_s * 1000 / n, attempts / n, verbs, connections)
+                     events / n, watch_bytes / n / 1024, algo_s * 1000 / n, attempts / n, verbs, connections,
+                     webhook_p99_ms=webhook_p99)
 
     def _cards(self, burst: Burst, namespace: str, products: Sequence[str | None], names: Sequence[str]) -> None:
         items = self.api.json("GET", f"/api/v1/namespaces/{namespace}/pods").get("items") or []
@@ -590,7 +640,7 @@ class Bench:
         """Full nodes, whole-card pods in line; delete one running pod at a time: how fast, and to whom."""
         args = self.args
         self.start_components(config)
-        namespace = new_namespace(self.api, f"free-{config.replace('@', '-')}")
+        namespace = new_namespace(self.api, f"free-{re.sub('[^a-z0-9-]', '-', config)}")
         path = f"/api/v1/namespaces/{namespace}/pods"
         watch = BoundWatch(self.cp, namespace).start()
         cards = args.free_nodes * args.gpus
@@ -664,7 +714,7 @@ def span(values: Sequence[float], fmt: str) -> str:
 def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, configs: Sequence[str]) -> None:
     by: dict[str, list[Burst]] = {c: [b for b in bursts if b.config == c] for c in configs}
     print("\n== pods bound/s and create->bound (median over rounds [each round]) ==")
-    print(f"{'path':<10} {'pods/s':<28} {'x plain (same round)':<28} {'p50 s':<24} {'p99 s':<24}")
+    print(f"{'path':<18} {'pods/s':<28} {'x plain (same round)':<28} {'p50 s':<24} {'p99 s':<24}")
     plain = {b.round: b.rate for b in by.get("plain", [])}
     for c in configs:
         bs = by[c]
@@ -673,15 +723,15 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
         ratios = [b.rate / plain[b.round] for b in bs if plain.get(b.round)]
         p50 = [pct(b.latencies, 0.5) for b in bs]
         p99 = [pct(b.latencies, 0.99) for b in bs]
-        print(f"{c:<10} {span([b.rate for b in bs], '.0f'):<28} {span(ratios, '.2f'):<28} "
+        print(f"{c:<18} {span([b.rate for b in bs], '.0f'):<28} {span(ratios, '.2f'):<28} "
               f"{span(p50, '.2f'):<24} {span(p99, '.2f'):<24}")
     print("\n== per bound pod (median over rounds) ==")
     procs = ("extender", "kube-scheduler", "kube-apiserver", "etcd", "total", "bench")
-    print(f"{'path':<10} " + " ".join(f"{p + ' ms':>17}" for p in procs))
+    print(f"{'path':<18} " + " ".join(f"{p + ' ms':>17}" for p in procs))
     for c in configs:
         if by[c]:
-            print(f"{c:<10} " + " ".join(f"{med(b.cpu_ms[p] for b in by[c]):>17.2f}" for p in procs))
-    print(f"\n{'path':<10} {'requests':>9} {'webhook':>8} {'watch ev':>9} {'watch KB':>9} {'algo ms':>8} "
+            print(f"{c:<18} " + " ".join(f"{med(b.cpu_ms[p] for b in by[c]):>17.2f}" for p in procs))
+    print(f"\n{'path':<18} {'requests':>9} {'webhook':>8} {'watch ev':>9} {'watch KB':>9} {'algo ms':>8} "
           f"{'attempts':>9} {'create s':>9} {'retries':>8} {'cards':>7} {'bound':>6} {'overcommit':>10}")
     for c in configs:
         bs = by[c]
@@ -690,7 +740,7 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
         cards = f"{med(b.cards_used for b in bs):.0f}" if c != "plain" else "-"
         bound = f"{med(b.lower_bound for b in bs):.0f}" if c != "plain" else "-"
         over = f"{sum(b.overcommitted for b in bs)}" if c != "plain" else "-"
-        print(f"{c:<10} {med(b.requests for b in bs):>9.2f} {med(b.webhook_calls for b in bs):>8.2f} "
+        print(f"{c:<18} {med(b.requests for b in bs):>9.2f} {med(b.webhook_calls for b in bs):>8.2f} "
               f"{med(b.watch_events for b in bs):>9.2f} {med(b.watch_kb for b in bs):>9.2f} "
               f"{med(b.algorithm_ms for b in bs):>8.2f} {med(b.attempts for b in bs):>9.2f} "
               f"{med(b.create_seconds for b in bs):>9.1f} {med(b.create_retries for b in bs):>8.0f} "
@@ -717,6 +767,7 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
         if conns:
             parts.append(f"connections accepted {med(conns):.0f} per burst")
         print(f"{c}: " + ", ".join(parts))
+    goals(by, plain)
     compared_runs = [tuple(c.split("@", 1)) for c in configs if "@" in c]
     for mode, label in compared_runs:
         new, old = {b.round: b for b in by.get(mode, [])}, {b.round: b for b in by.get(f"{mode}@{label}", [])}
@@ -735,11 +786,61 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
         print("\n== a freed slice -> the next pod bound ==")
         for f in freed:
             lat = f["latencies"]
-            print(f"{f['config']:<10} p50 {pct(lat, 0.5) * 1000:.0f} ms, p99 {pct(lat, 0.99) * 1000:.0f} ms "
+            print(f"{f['config']:<18} p50 {pct(lat, 0.5) * 1000:.0f} ms, p99 {pct(lat, 0.99) * 1000:.0f} ms "
                   f"(max {max(lat, default=float('nan')) * 1000:.0f} ms); to the oldest waiting pod "
                   f"{f['to_head']} of {f['trials']}; no pod bound within the trial timeout {f['timeouts']}; "
                   f"most times one head pod was passed over: {f['max_passed_over']}")
     print(f"\n({rounds} round(s); timing figures are noisy on a shared machine: the ratios are side by side)")
+
+
+def same_round(news: Sequence[Burst], olds: Sequence[Burst], get: Callable[[Burst], float]) -> list[float]:
+    """``get(new) / get(old)`` for each round both ran."""
+    old = {b.round: b for b in olds}
+    return [get(b) / get(old[b.round]) if get(old[b.round]) else float("nan") for b in news if b.round in old]
+
+
+def goals(by: Mapping[str, list[Burst]], plain: Mapping[int, float]) -> None:
+    """The real path's goals (issue #28), each from figures of the same round: median [each round]."""
+    plains = {b.round: b for b in by.get("plain", [])}
+    rows: list[tuple[str, str]] = []
+    default, best = by.get(DEFAULT_DEPLOYED, []), by.get(BEST_FIT_DEPLOYED, [])
+    if default and best:
+        rows.append(("extender CPU/pod, default policy / best-fit (<= 1.1)",
+                     span(same_round(default, best, lambda b: b.cpu_ms["extender"]), ".2f")))
+        rows.append(("pods/s, default policy / best-fit", span(same_round(default, best, lambda b: b.rate), ".2f")))
+    for c in (DEFAULT_DEPLOYED, BEST_FIT_DEPLOYED):
+        bs = by.get(c, [])
+        if not bs:
+            continue
+        rows.append((f"{c}: pods/s x plain (>= 0.5)",
+                     span([b.rate / plain[b.round] for b in bs if plain.get(b.round)], ".2f")))
+        rows.append((f"{c}: create->bound p99 s (<= 3)", span([pct(b.latencies, 0.99) for b in bs], ".2f")))
+        rows.append((f"{c}: webhook p99 ms seen by kube-apiserver (<= 20)",
+                     span([b.webhook_p99_ms for b in bs], ".1f")))
+        rows.append((f"{c}: pod creation rate x plain's (>= 0.9)",
+                     span([plains[b.round].create_seconds / b.create_seconds for b in bs if b.round in plains], ".2f")))
+        rows.append((f"{c}: extender CPU / kube-scheduler CPU (<= 1)",
+                     span([b.cpu_ms["extender"] / b.cpu_ms["kube-scheduler"] if b.cpu_ms["kube-scheduler"] else
+                           float("nan") for b in bs], ".2f")))
+    if not rows:
+        return
+    print("\n== goals of the real path (same round; median [each round]) ==")
+    width = max(len(r[0]) for r in rows)
+    for what, value in rows:
+        print(f"  {what:<{width}}  {value}")
+
+
+def guard(by: Mapping[str, list[Burst]], limit: float) -> bool:
+    """True when the default policy's extender CPU per pod is within ``limit`` times best fit's (same rounds)."""
+    ratios = same_round(by.get(DEFAULT_DEPLOYED, []), by.get(BEST_FIT_DEPLOYED, []), lambda b: b.cpu_ms["extender"])
+    if not ratios:
+        print(f"guard: no round ran both {DEFAULT_DEPLOYED} and {BEST_FIT_DEPLOYED}", file=sys.stderr)
+        return False
+    ratio = med(ratios)
+    verdict = "ok" if ratio <= limit else "FAILED"
+    print(f"\nguard: extender CPU per pod, the default policy / best-fit = {ratio:.2f} "
+          f"(limit {limit:.2f}): {verdict}")
+    return ratio <= limit
 
 
 def compared(specs: Sequence[str]) -> dict[str, Path]:
@@ -771,9 +872,18 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--trial-timeout", type=float, default=20.0)
     parser.add_argument("--keep", action="store_true", help="keep the work dir (component logs)")
     parser.add_argument("--profile", default="", help="py-spy the extender's worker in each burst, into this dir")
+    parser.add_argument("--guard", type=float, default=0.0, metavar="RATIO",
+                        help=f"exit 1 when {DEFAULT_DEPLOYED}'s extender CPU per pod is above RATIO x "
+                        f"{BEST_FIT_DEPLOYED}'s in the same run (CI; both must be among the configurations)")
     args = parser.parse_args(list(argv))
     configs = [c for c in args.configs.split(",") if c] or [
         *CONFIGS, *(f"{c}@{label}" for label in compared(args.compare) for c in CONFIGS[1:])]
+    for config in configs:
+        mode, policy, _ = parse_config(config)
+        if config != "plain" and (mode not in ("deployed", "nogate") or ":" in policy):
+            parser.error(f"unknown configuration {config!r}: plain, or deployed|nogate[:POLICY][@LABEL]")
+    if args.guard and not {DEFAULT_DEPLOYED, BEST_FIT_DEPLOYED} <= set(configs):
+        parser.error(f"--guard compares {DEFAULT_DEPLOYED} with {BEST_FIT_DEPLOYED}: run both")
     started = time.monotonic()
     bench = Bench(args)
     bursts: list[Burst] = []
@@ -802,8 +912,9 @@ def main(argv: Sequence[str] = ()) -> int:
     finally:
         bench.close()
     report(bursts, freed, args.rounds, configs)
+    passed = not args.guard or guard({c: [b for b in bursts if b.config == c] for c in configs}, args.guard)
     print(f"--- bench_e2e: {time.monotonic() - started:.0f} s")
-    return 0
+    return 0 if passed else 1
 
 
 if __name__ == "__main__":

@@ -127,9 +127,13 @@ def extender_container(root: Path = REPO_ROOT) -> Obj:
     return container
 
 
-def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT) -> list[str]:
-    """The rendered Deployment's command, with a loopback address and the test's files."""
+def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT,
+                     overrides: Mapping[str, str] | None = None) -> list[str]:
+    """The rendered Deployment's command, with a loopback address and the test's files; ``overrides``
+    replace the value of options it has (a benchmark runs another ``--policy``)."""
     command = list(extender_container(root)["command"])
+    missing = set(overrides or {}) - set(command)
+    assert not missing, f"the rendered command has no {', '.join(sorted(missing))} to override"
     files = {"/etc/gpuslice/tls/tls.crt": tls.cert, "/etc/gpuslice/tls/tls.key": tls.key,
              "/etc/gpuslice/tls/ca.crt": tls.ca, "/etc/gpuslice/catalog/catalog.toml": catalog}
     out = [sys.executable, "-m", "packing.cli"]
@@ -137,6 +141,9 @@ def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT)
     for word in words:
         if word in ("--host", "--port"):
             out += [word, "127.0.0.1" if word == "--host" else str(port)]
+            next(words)
+        elif overrides and word in overrides:
+            out += [word, overrides[word]]
             next(words)
         else:
             out.append(str(files.get(word, word)))
@@ -162,6 +169,7 @@ class Extender:
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     root: Path = REPO_ROOT  # the source tree it runs (a benchmark compares two)
+    overrides: dict[str, str] = field(default_factory=dict)  # option -> value instead of the rendered one
 
     @property
     def url(self) -> str:
@@ -169,7 +177,7 @@ class Extender:
 
     def start(self) -> None:
         # the rendered Deployment's command; cluster settings come from GPUSLICE_* variables
-        argv = extender_command(self.port, self.tls, self.catalog, self.root)
+        argv = extender_command(self.port, self.tls, self.catalog, self.root, self.overrides)
         env = {**os.environ, **self.env, "PYTHONPATH": str(self.root), "HOME": str(self.log_path.parent)}
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%H:%M:%S')} starting {self.identity} on {self.port}\n".encode())
