@@ -189,24 +189,23 @@ class KeyIndex:
     def _move(self, name: str, node: Node | None) -> None:
         """Put ``name`` in the state its node is in now (out of every state once it left the ledger)."""
         old = self._node.get(name)
-        new = None
-        if node is not None:
-            state = capacity_state(node)
-            new = self._ids.get(state)
-            if old is not None and (new, node.order) == old:
-                return  # a change that came back (a reservation released and made again)
-            if new is None:
-                new = self._ids[state] = self._next_id
-                self._next_id += 1
-                self._states[new] = state
-                self._members[new] = SortedList()
+        state = None if node is None else capacity_state(node)
+        if old is not None and node is not None and state is not None and (self._ids.get(state), node.order) == old:
+            return  # a change that came back (a reservation released and made again)
         if old is not None:
             members = self._members[old[0]]
             members.remove((old[1], name))
             if not members:
                 del self._members[old[0]], self._ids[self._states.pop(old[0])]
             del self._node[name]
-        if new is not None and node is not None:
+        new = None
+        if node is not None and state is not None:
+            new = self._ids.get(state)
+            if new is None:
+                new = self._ids[state] = self._next_id
+                self._next_id += 1
+                self._states[new] = state
+                self._members[new] = SortedList()
             self._members[new].add((node.order, name))
             self._node[name] = (new, node.order)
         for shape in self._shapes.values():

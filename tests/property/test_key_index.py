@@ -74,10 +74,12 @@ class IndexMachine(RuleBasedStateMachine):
         assert isinstance(self.indexed.context.index, KeyIndex)
         self.plain = plain(self.indexed)
 
-    def _add(self, cards: list[str], host: int | None) -> None:
-        name = f"n{self.serial}"
+    def _add(self, cards: list[str], host: int | None, name: str | None = None) -> None:
+        if name is None:
+            name = f"n{self.serial}"
+            self.serial += 1
+        gpus = [(f"{name}-{self.serial}-g{i}", m, MODELS[m]) for i, m in enumerate(cards)]
         self.serial += 1
-        gpus = [(f"{name}-g{i}", m, MODELS[m]) for i, m in enumerate(cards)]
         self.ledger.add_node(name, gpus, cpu_milli=host, memory_mib=None if host is None else host * 8)
 
     # ---- the two must agree ---------------------------------------------------------------------
@@ -137,11 +139,14 @@ class IndexMachine(RuleBasedStateMachine):
         self._add(cards, host)
 
     @precondition(lambda self: len(self.ledger.nodes) > 1)
-    @rule(data=st.data())
-    def leave(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), back=st.none() | st.tuples(node_cards, host_sizes))
+    def leave(self, data: st.DataObject, back: tuple[list[str], int | None] | None) -> None:
+        """A node leaves; ``back``: it rejoins under its name, a new order, maybe other cards."""
         name = data.draw(st.sampled_from(sorted(self.ledger.nodes)))
         dropped = {a.claim for a in self.ledger.remove_node(name)}
         self.claims = [c for c in self.claims if c not in dropped]
+        if back is not None:
+            self._add(back[0], back[1], name)
 
     @rule(request=requests())
     def ask(self, request: Request) -> None:
