@@ -25,7 +25,7 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from flask import Flask, Response, request
@@ -76,16 +76,7 @@ class Handlers:
 
     def record(self, phases: Phases, status: int, who: str = "") -> None:
         """Count a finished request, observe its latency and phases, and log it when slow."""
-        verb = phases.verb
-        total = phases.total()
-        self.metrics.latency.labels(verb).observe(total)
-        self.metrics.requests.labels(verb, str(status)).inc()
-        for name, seconds in phases.seconds.items():
-            self.metrics.phases.labels(verb, name).observe(seconds)
-        if total > self.config.slow_request_s:
-            self.metrics.slow.labels(verb).inc()
-            log.warning("slow %s%s: %.0f ms, HTTP %d (%s)", verb, f" of {who}" if who else "", total * 1000,
-                        status, phases.describe())
+        record_request(self.metrics, self.config, phases, status, who)
 
     def filter(self, body: bytes, phases: Phases | None = None) -> tuple[int, bytes]:
         with measuring(phases or Phases("filter", time.perf_counter())) as p:
@@ -165,6 +156,21 @@ class Handlers:
             return self._done(p, 404, {"error": f"pod uid {uid} holds no slice and is not waiting"})
 
 
+def record_request(metrics: ExtenderMetrics, config: ExtenderConfig, phases: Phases, status: int,
+                   who: str = "") -> None:
+    """Count a finished request, observe its latency and phases, and log it when slow."""
+    verb = phases.verb
+    total = phases.total()
+    metrics.latency.labels(verb).observe(total)
+    metrics.requests.labels(verb, str(status)).inc()
+    for name, seconds in phases.seconds.items():
+        metrics.phases.labels(verb, name).observe(seconds)
+    if total > config.slow_request_s:
+        metrics.slow.labels(verb).inc()
+        log.warning("slow %s%s: %.0f ms, HTTP %d (%s)", verb, f" of {who}" if who else "", total * 1000,
+                    status, phases.describe())
+
+
 def _status(e: Exception) -> int:
     return e.status if isinstance(e, WireError) else 400
 
@@ -233,15 +239,26 @@ class HotRoutes:
         self.app = app
         self.access = access
         self.routes: dict[str, tuple[str, Handler, bool]] = {}  # path -> (verb, handler, who-may-ask applies)
+        self._inline: dict[str, Callable[[bytes], bool]] = {}  # path -> does this body need no thread?
 
-    def mount(self, path: str, verb: str, handler: Handler, checked: bool = True) -> None:
-        """Serve ``POST path`` with ``handler``; ``checked``: only clients ``Access`` lets ask the verbs."""
+    def mount(self, path: str, verb: str, handler: Handler, checked: bool = True,
+              inline: Callable[[bytes], bool] | None = None) -> None:
+        """Serve ``POST path`` with ``handler``; ``checked``: only clients ``Access`` lets ask the verbs;
+        ``inline(body)`` True: the handler does no I/O for this body and takes well under a millisecond, so
+        the front may answer it on its event loop instead of handing it to a thread (two thread switches)."""
         self.routes[path] = (verb, handler, checked)
+        if inline is not None:
+            self._inline[path] = inline
         self.app.add_url_rule(path, verb, lambda: _reply(*self.serve(
             path, request.content_type or "", request.get_data(cache=False), request.environ)), methods=["POST"])
 
     def __contains__(self, path: object) -> bool:
         return path in self.routes
+
+    def inline(self, path: str, body: bytes) -> bool:
+        """May the front answer this request on its event loop (``mount``'s ``inline``)?"""
+        check = self._inline.get(path)
+        return check is not None and check(body)
 
     def serve(self, path: str, content_type: str, body: bytes, environ: Mapping[str, Any]) -> Answer:
         """One request to a mounted path (``environ``: at least ``REMOTE_ADDR``, and what the front adds)."""
@@ -261,26 +278,15 @@ def _show(subject: Subject) -> str:
     return "/" + "/".join(f"{short.get(k, k)}={v}" for k, v in subject)
 
 
-def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
-               metrics: ExtenderMetrics | None = None) -> Flask:
-    """The extender's Flask app over ``state``; ``config`` names the prefix, verbs, limits and access."""
-    config = config or ExtenderConfig()
-    metrics = metrics or ExtenderMetrics(state.gauges)
-    handlers = Handlers(state, metrics, config)
+def serving_app(name: str, config: ExtenderConfig, metrics: ExtenderMetrics, verbs: Collection[str] = ()) -> Flask:
+    """A Flask app with what every gpuslice server answers the same way: who may ask (``Access``, for
+    the scheduler ``verbs`` and the operator routes), ``application/json`` POSTs only, ``/healthz``,
+    ``/metrics``, errors as JSON; and its ``HotRoutes`` (``app.extensions["gpuslice-hot"]``)."""
     access = Access(config)
-    app = Flask("gpuslice-extender")
+    app = Flask(name)
     app.config["MAX_CONTENT_LENGTH"] = config.max_body_bytes
-    app.extensions["gpuslice"] = handlers
     hot = HotRoutes(app, access)
     app.extensions["gpuslice-hot"] = hot
-    verbs = {config.verb_path(config.filter_verb), config.verb_path(config.prioritize_verb),
-             config.verb_path(config.bind_verb)}
-    hot.mount(config.verb_path(config.filter_verb), "filter", handlers.filter)
-    hot.mount(config.verb_path(config.prioritize_verb), "prioritize", handlers.prioritize)
-    hot.mount(config.verb_path(config.bind_verb), "bind", handlers.bind)
-    if config.admin_enabled:
-        app.add_url_rule("/admin/release", "release", lambda: _reply(*handlers.release(
-            request.get_data(cache=False), request_phases("release", request.environ))), methods=["POST"])
 
     @app.before_request
     def guard() -> Response | None:
@@ -300,16 +306,40 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
     def healthz() -> Response:
         return _reply(200, b'{"status":"ok"}')
 
+    @app.get("/metrics")
+    def metrics_view() -> Response:
+        return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> Response:
+        return _error(e.code or 500, f"{e.name}: {e.description}")
+
+    return app
+
+
+def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
+               metrics: ExtenderMetrics | None = None) -> Flask:
+    """The extender's Flask app over ``state``; ``config`` names the prefix, verbs, limits and access."""
+    config = config or ExtenderConfig()
+    metrics = metrics or ExtenderMetrics(state.gauges)
+    handlers = Handlers(state, metrics, config)
+    paths = [config.verb_path(v) for v in (config.filter_verb, config.prioritize_verb, config.bind_verb)]
+    app = serving_app("gpuslice-extender", config, metrics, paths)
+    app.extensions["gpuslice"] = handlers
+    hot: HotRoutes = app.extensions["gpuslice-hot"]
+    for path, verb, handler in zip(paths, ("filter", "prioritize", "bind"),
+                                   (handlers.filter, handlers.prioritize, handlers.bind), strict=True):
+        hot.mount(path, verb, handler)
+    if config.admin_enabled:
+        app.add_url_rule("/admin/release", "release", lambda: _reply(*handlers.release(
+            request.get_data(cache=False), request_phases("release", request.environ))), methods=["POST"])
+
     @app.get("/readyz")
     def readyz() -> Response:
         if state.ready:
             return _reply(200, encode({"status": "ready", "epoch": state.epoch}))
         why = state.cache.broken or "not ready"
         return _reply(503, encode({"status": "not ready", "epoch": state.epoch, "reason": why}))
-
-    @app.get("/metrics")
-    def metrics_view() -> Response:
-        return Response(metrics.exposition(), mimetype="text/plain; version=0.0.4; charset=utf-8")
 
     @app.get("/state")
     def state_view() -> Response:
@@ -318,10 +348,6 @@ def create_app(state: ExtenderState, config: ExtenderConfig | None = None,
     @app.get("/history")
     def history_view() -> Response:
         return Response(*history_answer(state.history, request.args.get("since")))
-
-    @app.errorhandler(HTTPException)
-    def http_error(e: HTTPException) -> Response:
-        return _error(e.code or 500, f"{e.name}: {e.description}")
 
     return app
 

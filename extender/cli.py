@@ -25,7 +25,8 @@ from packing.usage import Applies, CommandParser, fields_as_flags
 STANDALONE_ONLY = ("--nodes", "--cards-per-node", "--gpu-model", "--learn-nodes", "--waiting-ttl", "--demo")
 # ExtenderConfig's and the state's words for what the flags set (they also read GPUSLICE_* settings)
 FIELD_FLAGS = {"verbs": "the verbs (--filter-verb, --prioritize-verb, --bind-verb)", "GPU model": "--gpu-model",
-               "port": "--port", "threads": "--threads", "max nodes": "--max-nodes", "max body": "--max-body-mib",
+               "webhook port": "--webhook-port", "port": "--port", "threads": "--threads", "max nodes": "--max-nodes",
+               "max body": "--max-body-mib",
                "body_timeout_s": "--body-timeout", "slow_request_s": "--slow-request", "prefix": "--prefix",
                "reservation TTL": "--reservation-ttl", "waiting TTL": "--waiting-ttl",
                "pod cache size": "--pod-cache"}
@@ -69,6 +70,10 @@ def _parser() -> CommandParser:
                     help="with --standalone: start the server, drive it with a sample workload, stop, exit")
     ap.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
     ap.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"listen port (default {DEFAULT_PORT})")
+    ap.add_argument("--webhook-port", type=port, default=0, metavar="PORT",
+                    help="cluster: serve the admission webhook on this port from a worker process of its own, which "
+                         "answers on every replica, leader or not, and which no queue step or bind can delay "
+                         "(default: on --port, in the extender's process)")
     ap.add_argument("--threads", type=positive_int, default=8,
                     help="threads deciding whole requests in the one worker (default 8; bodies are read before)")
     ap.add_argument("--bind-threads", type=positive_int, default=32,
@@ -142,7 +147,8 @@ def _parser() -> CommandParser:
 def config_from_args(args: argparse.Namespace) -> ExtenderConfig:
     """The ExtenderConfig the command line asks for; ConfigError when it is inconsistent."""
     return ExtenderConfig(
-        host=args.host, port=args.port, threads=args.threads, bind_threads=args.bind_threads, prefix=args.prefix,
+        host=args.host, port=args.port, webhook_port=args.webhook_port, threads=args.threads,
+        bind_threads=args.bind_threads, prefix=args.prefix,
         filter_verb=args.filter_verb, prioritize_verb=args.prioritize_verb, bind_verb=args.bind_verb,
         max_body_bytes=args.max_body_mib * 1024 * 1024, mode=args.mode, policy=args.policy,
         reservation_ttl_s=args.reservation_ttl, pod_cache_size=args.pod_cache,
@@ -185,6 +191,8 @@ def _serve(config: ExtenderConfig) -> int:
 
         ClusterConfig.from_env()  # the same for bad GPUSLICE_* cluster settings
     _check_listen(config.host, config.port)
+    if config.webhook_port:
+        _check_listen(config.host, config.webhook_port, "--webhook-port")
     os.environ.update(config.to_env())
 
     class _Extender(BaseApplication):  # type: ignore[misc]
@@ -214,7 +222,7 @@ def listen_address(host: str, port_number: int) -> tuple[Any, ...]:
         raise ConfigError(f"--host {host}: not an address to listen on ({e.strerror})") from None
 
 
-def _check_listen(host: str, port_number: int) -> None:
+def _check_listen(host: str, port_number: int, flag: str = "--port") -> None:
     """Bind the address once, as gunicorn would, so a taken port is one line rather than gunicorn's retries."""
     family, kind, proto, _, address = listen_address(host, port_number)
     with socket.socket(family, kind, proto) as sock:
@@ -223,7 +231,7 @@ def _check_listen(host: str, port_number: int) -> None:
             sock.bind(address)
         except OSError as e:
             raise CannotListen(f"cannot listen on {host}:{port_number}: {e.strerror} (another server there? "
-                               "choose another --port)") from None
+                               f"choose another {flag})") from None
 
 
 def _rules() -> list[Applies]:
@@ -231,6 +239,8 @@ def _rules() -> list[Applies]:
         Applies(STANDALONE_ONLY, lambda a: a.standalone,
                 "applies to --standalone only (in a cluster the nodes come from the API server)",
                 "drop it, or add --standalone"),
+        Applies(("--webhook-port",), lambda a: not a.standalone, "serves the cluster's admission webhook, and "
+                "--standalone serves none", "drop it, or drop --standalone"),
         Applies(("--cards-per-node",), lambda a: a.nodes > 0, "sizes the nodes --nodes seeds, and none are seeded",
                 "add --nodes N"),
         Applies(("--gpu-model",), lambda a: a.nodes > 0 or a.demo, "labels the cards --nodes seeds, and none are "

@@ -48,6 +48,7 @@ class ExtenderConfig:
 
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
+    webhook_port: int = 0  # cluster: the admission webhook on this port, in a worker process of its own (0: on port)
     threads: int = 8  # threads that run complete requests (a request's body is read before it gets one)
     bind_threads: int = 32  # threads of binds alone (in a cluster each waits for the API server)
     prefix: str = ""
@@ -85,6 +86,11 @@ class ExtenderConfig:
     def __post_init__(self) -> None:
         if not 0 < self.port < 65536:
             raise ConfigError(f"port must be within 1..65535, got {self.port}")
+        if not 0 <= self.webhook_port < 65536 or self.webhook_port == self.port:
+            raise ConfigError(f"webhook port must be within 1..65535 and not the port ({self.port}), "
+                              f"or 0 (served on the port), got {self.webhook_port}")
+        if self.webhook_port and self.standalone:
+            raise ConfigError("a webhook port (--webhook-port) is for cluster mode: standalone serves no webhook")
         if self.threads < 1 or self.bind_threads < 1:
             raise ConfigError(f"threads must be at least 1, got {self.threads} and {self.bind_threads} for binds")
         if self.max_nodes < 1:

@@ -1,4 +1,5 @@
-"""gunicorn settings for the extender: one worker process (it owns the ledger), an event loop in front of threads.
+"""gunicorn settings for the extender: one worker process owns the ledger, an event loop in front of threads;
+with a webhook port, a second worker process serves the admission webhook alone (``extender.worker`` roles).
 
 Used as ``gunicorn -c python:extender.gunicorn_conf "extender.app:app_from_env()"``; the address,
 TLS and limits come from the same ``GPUSLICE_*`` settings as the app (``extender.config``).
@@ -11,11 +12,14 @@ import ssl
 from typing import Any
 
 from extender.config import ExtenderConfig
+from extender.worker import assign_role
 
 _config = ExtenderConfig.from_env()
 
-bind = f"{_config.host}:{_config.port}"
-workers = 1  # one process owns the ledger: a second worker would be a second, disagreeing ledger
+bind = [f"{_config.host}:{_config.port}", *([f"{_config.host}:{_config.webhook_port}"] if _config.webhook_port else [])]
+# one process owns the ledger (a second would be a second, disagreeing ledger); the webhook, a pure function of the
+# pod, gets a process of its own when it has a port, so no queue step or bind holds the interpreter lock it needs
+workers = 2 if _config.webhook_port else 1
 worker_class = "extender.worker.ExtenderWorker"  # requests are read whole on an event loop, then decided in threads
 worker_connections = 1000  # open connections one worker keeps; a stalled one costs a socket, not a thread
 max_requests = 0  # never recycle the worker: recycling would drop the in-memory ledger
@@ -43,7 +47,14 @@ if _config.client_ca:
 
 
 def nworkers_changed(server: Any, new_value: int, old_value: int | None) -> None:
-    """SIGTTIN asks the master for one more worker: refuse, one process owns the ledger."""
-    if new_value is not None and new_value > 1:
-        server.log.warning("refusing %d workers: one gpuslice worker owns the ledger", new_value)
-        server.num_workers = 1
+    """SIGTTIN/SIGTTOU ask the master for one worker more or less: refuse, one process owns the ledger
+    (and one serves the webhook, with a webhook port)."""
+    if new_value is not None and new_value != workers:
+        server.log.warning("refusing %d workers: one gpuslice worker owns the ledger%s", new_value,
+                           ", one serves the webhook" if _config.webhook_port else "")
+        server.num_workers = workers
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """Before a worker is forked: give it the role no live worker has (a worker that died is replaced in its role)."""
+    assign_role(worker, server.WORKERS.values(), bool(_config.webhook_port))

@@ -23,7 +23,7 @@ from typing import Any
 from flask import Flask
 from kubernetes import client
 
-from extender.app import Handlers, HotRoutes, create_app
+from extender.app import Handlers, create_app
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
@@ -35,18 +35,14 @@ from extender.cluster.pending_writer import PendingReporter
 from extender.cluster.state import ClusterState
 from extender.cluster.sync import ClusterSync
 from extender.cluster.webhook import Pod
-from extender.cluster.webhook import handle as handle_review
+from extender.cluster.webhook_app import mount_webhook, slice_asker
 from extender.config import ConfigError, ExtenderConfig
 from extender.heap import settle_heap
 from extender.history.store import ConfigMapStore
 from extender.inventory import Enforcement
 from extender.metrics import ExtenderMetrics, watch_gc
-from extender.timing import Phases, measuring
 from extender.wire import BindingArgs, FilterResult, binding_result
-from packing.asks import ClaimUnavailable
-from packing.claims import MemberOf
-from packing.kube.client import Kube, KubeError, connect, q
-from packing.pod_group import GROUP_LABEL, group_of, members_disagree
+from packing.kube.client import Kube, connect
 from packing.products import Catalog, load_catalog
 from packing.record import AllocationRecord
 
@@ -218,32 +214,11 @@ class ClusterRuntime:
     # ---- webhook ---------------------------------------------------------------------------------
 
     def asks_for_slice(self, pod: Pod) -> bool:
-        """For the webhook: does this pod ask for a slice? ValueError (deny, with the reason) when
-        its ask is refused, its DRA claim cannot be read now, or its pod group cannot take it."""
-        try:
-            if self.state.core.asks.request(pod) is None:
-                return False
-        except ClaimUnavailable as e:
-            raise ValueError(f"cannot read the pod's ResourceClaim(Template) now: {e}") from None
-        tag = group_of(pod, self.config.bind_threads)  # GroupError is a ValueError: denied with its reason
-        if tag is not None:
-            self._check_members(pod, tag)
-        return True
-
-    def _check_members(self, pod: Pod, tag: MemberOf) -> None:
-        """ValueError when ``pod`` disagrees with its group's members already created (size, scheduler) or
-        the group is full. An API error lets the pod in: the queue then holds a group whose members
-        disagree (InvalidGroup) and says so."""
-        namespace = (pod.get("metadata") or {}).get("namespace") or "default"
-        try:
-            others = self.kube.request("GET", f"/api/v1/namespaces/{q(namespace)}/pods", query={
-                "labelSelector": f"{GROUP_LABEL}={tag.name}", "resourceVersion": "0"}).get("items") or []
-        except KubeError as e:
-            log.warning("webhook: cannot list pod group %s/%s to check a new member: %s", namespace, tag.name, e)
-            return
-        why = members_disagree(pod, tag, others, self.cluster.scheduler_name if self.cluster.scheduler_name else None)
-        if why is not None:
-            raise ValueError(why)
+        """For the webhook served here (no ``--webhook-port``): does this pod ask for a slice? ValueError
+        (deny, with the reason) when its ask is refused, its DRA claim cannot be read now, or its pod group
+        cannot take it (``webhook_app.slice_asker``, as the webhook's own worker answers)."""
+        scheduler = self.cluster.scheduler_name or None
+        return slice_asker(self.state.core.asks, self.kube, scheduler, self.config.bind_threads)(pod)
 
 
 def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: ClusterRuntime | None = None,
@@ -253,7 +228,6 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
     app = create_app(runtime.state.core, config, runtime.extender_metrics)
     app.extensions["gpuslice-cluster"] = runtime
     handlers: Handlers = app.extensions["gpuslice"]
-    hot: HotRoutes = app.extensions["gpuslice-hot"]
 
     def unready(verb: str) -> tuple[int, Any] | None:
         if runtime.state.ready:
@@ -266,13 +240,8 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
 
     handlers.unready = unready
 
-    def webhook(body: bytes, phases: Phases) -> tuple[int, bytes]:
-        with measuring(phases):
-            status, reply = handle_review(body, runtime.asks_for_slice, cluster.scheduler_name or None, cluster.gate)
-            handlers.record(phases, status)
-        return status, reply
-
-    hot.mount(cluster.webhook_path, "webhook", webhook, checked=False)  # the API server presents no certificate
+    if not config.webhook_port:  # else a worker process of its own serves it (extender.cluster.webhook_app)
+        mount_webhook(app, config, cluster, runtime.asks_for_slice, runtime.extender_metrics)
     if start:
         runtime.start()
         atexit.register(runtime.stop)  # a clean worker exit gives the Lease up: the standby need not wait

@@ -422,8 +422,8 @@ class Bench:
         self.cp = ControlPlane(kube_bin_dir(), work_dir=self.work / "cp")
         self.cp.start()
         self.api = Api(self.cp)
-        self.port = free_port()
-        self.g = h.prepare(self.cp, self.work, self.port)  # the webhook points at the extender's port
+        self.port, self.webhook_port = free_port(), free_port()
+        self.g = h.prepare(self.cp, self.work, self.port)  # each configuration points the webhook at its extender
         self.ext: h.Extender | None = None
         self.home = self.work / "home"  # gunicorn keeps per-user files under HOME: a private one
         self.home.mkdir()
@@ -456,11 +456,12 @@ class Bench:
             return
         mode, policy, label = parse_config(config)
         settings = {**DEPLOYED_SETTINGS, "gate": "1" if mode == "deployed" else "0"}
-        ext = self.g.new_extender("bench", port=self.port, **settings)
+        ext = self.g.new_extender("bench", port=self.port, webhook_port=self.webhook_port, **settings)
         ext.env["HOME"] = str(self.home)
         ext.root = self.sources[label]
         if policy:
             ext.overrides["--policy"] = policy
+        h.point_webhook(self.g.kube, ext.webhook_url)
         ext.start()
         ext.wait_ready(120)
         self.ext = ext
@@ -482,20 +483,21 @@ class Bench:
         cpu["extender"] = group_cpu_s(ext.process.pid) if ext is not None and ext.process is not None else 0.0
         cpu["bench"] = time.process_time()
         return Snapshot(time.monotonic(), cpu, parse_metrics(self.api.metrics()), self._scheduler_metrics(),
-                        parse_metrics(ext.metrics()) if ext is not None else [])
+                        parse_metrics(ext.metrics() + ext.webhook_metrics()) if ext is not None else [])
 
-    def _profile(self, name: str) -> subprocess.Popen[bytes] | None:
-        """py-spy (``--profile DIR``) on the extender's worker process, collapsed stacks into DIR/name.txt."""
+    def _profile(self, name: str) -> list[subprocess.Popen[bytes]]:
+        """py-spy (``--profile DIR``) on each worker process of the extender, collapsed stacks into DIR/name.txt
+        (the ledger's worker, spawned first) and DIR/name-webhook.txt (the webhook's, when it has one)."""
         if not self.args.profile or self.ext is None or self.ext.process is None:
-            return None
+            return []
         master = self.ext.process.pid
         children = Path(f"/proc/{master}/task/{master}/children").read_text().split()
-        out = Path(self.args.profile) / f"{name}.txt"
-        out.parent.mkdir(parents=True, exist_ok=True)
+        Path(self.args.profile).mkdir(parents=True, exist_ok=True)
         spy = os.environ.get("PY_SPY") or shutil.which("py-spy") or "py-spy"
-        return subprocess.Popen([spy, "record", "--pid", children[0], "--format", "raw", "--rate", "200",
-                                 "--threads", "--gil", "--nonblocking", "-o", str(out)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return [subprocess.Popen([spy, "record", "--pid", child, "--format", "raw", "--rate", "200", "--threads",
+                                  "--gil", "--nonblocking", "-o", str(Path(self.args.profile) / f"{name}{suffix}.txt")],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                for child, suffix in zip(children, ("", "-webhook"), strict=False)]
 
     def _scheduler_metrics(self) -> Samples:
         context = ssl.create_default_context()
@@ -524,7 +526,7 @@ class Bench:
         bodies = [pod_body(n, p) for n, p in zip(names, products, strict=True)]
         watch = BoundWatch(self.cp, namespace).start()
         time.sleep(0.5)  # let the components settle after their start
-        profiler = self._profile(f"{config}-{round_}") if config != "plain" else None
+        profilers = self._profile(f"{config}-{round_}") if config != "plain" else []
         before = self.snapshot()
         created: dict[str, float] = {}
         retries = Counter[str]()
@@ -556,8 +558,9 @@ class Bench:
         create_seconds = time.monotonic() - first
         complete = watch.wait(lambda bound: len(bound) >= args.pods, args.burst_timeout)
         after = self.snapshot()
-        if profiler is not None:
+        for profiler in profilers:
             profiler.send_signal(signal.SIGINT)  # py-spy writes its output on an interrupt
+        for profiler in profilers:
             profiler.wait(30)
         watch.stop()
         bound = dict(watch.bound)

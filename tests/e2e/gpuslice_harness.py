@@ -128,9 +128,10 @@ def extender_container(root: Path = REPO_ROOT) -> Obj:
 
 
 def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT,
-                     overrides: Mapping[str, str] | None = None) -> list[str]:
-    """The rendered Deployment's command, with a loopback address and the test's files; ``overrides``
-    replace the value of options it has (a benchmark runs another ``--policy``)."""
+                     overrides: Mapping[str, str] | None = None, webhook_port: int = 0) -> list[str]:
+    """The rendered Deployment's command, with a loopback address, the test's ports (``port``, and
+    ``webhook_port`` for a rendered ``--webhook-port``) and files; ``overrides`` replace the value of
+    options it has (a benchmark runs another ``--policy``)."""
     command = list(extender_container(root)["command"])
     missing = set(overrides or {}) - set(command)
     assert not missing, f"the rendered command has no {', '.join(sorted(missing))} to override"
@@ -139,8 +140,8 @@ def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT,
     out = [sys.executable, "-m", "packing.cli"]
     words = iter(command[1:])
     for word in words:
-        if word in ("--host", "--port"):
-            out += [word, "127.0.0.1" if word == "--host" else str(port)]
+        if word in ("--host", "--port", "--webhook-port"):
+            out += [word, {"--host": "127.0.0.1", "--port": str(port), "--webhook-port": str(webhook_port)}[word]]
             next(words)
         elif overrides and word in overrides:
             out += [word, overrides[word]]
@@ -148,6 +149,18 @@ def extender_command(port: int, tls: Tls, catalog: Path, root: Path = REPO_ROOT,
         else:
             out.append(str(files.get(word, word)))
     return [*out, "--threads", "8"]
+
+
+def webhook_apart(root: Path = REPO_ROOT) -> bool:
+    """Does the rendered extender (of the tree at ``root``) serve the webhook from a worker of its own?"""
+    return "--webhook-port" in extender_container(root)["command"]
+
+
+def point_webhook(kube: Kube, url: str) -> None:
+    """Make kube-apiserver call the webhook at ``url`` (a benchmark switches between source trees)."""
+    path = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/gpuslice"
+    kube.request("PATCH", path, [{"op": "replace", "path": "/webhooks/0/clientConfig/url", "value": url}],
+                 content_type="application/json-patch+json")
 
 
 def extender_env() -> dict[str, str]:
@@ -166,6 +179,7 @@ class Extender:
     tls: Tls
     catalog: Path
     log_path: Path
+    webhook_port: int = 0  # where its webhook worker listens, when its tree's rendered command has --webhook-port
     process: subprocess.Popen[bytes] | None = None
     started_at: float = 0.0
     root: Path = REPO_ROOT  # the source tree it runs (a benchmark compares two)
@@ -175,9 +189,15 @@ class Extender:
     def url(self) -> str:
         return f"https://127.0.0.1:{self.port}"
 
+    @property
+    def webhook_url(self) -> str:
+        """Where kube-apiserver calls its webhook: its webhook worker's port, or its own port when its
+        tree serves the webhook there."""
+        return f"https://127.0.0.1:{self.webhook_port if webhook_apart(self.root) else self.port}/mutate"
+
     def start(self) -> None:
         # the rendered Deployment's command; cluster settings come from GPUSLICE_* variables
-        argv = extender_command(self.port, self.tls, self.catalog, self.root, self.overrides)
+        argv = extender_command(self.port, self.tls, self.catalog, self.root, self.overrides, self.webhook_port)
         env = {**os.environ, **self.env, "PYTHONPATH": str(self.root), "HOME": str(self.log_path.parent)}
         with open(self.log_path, "ab") as log:
             log.write(f"\n==== {time.strftime('%H:%M:%S')} starting {self.identity} on {self.port}\n".encode())
@@ -220,6 +240,16 @@ class Extender:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read() or b"null")
 
+    def review(self, pod: Obj) -> tuple[int, Any]:
+        """POST an AdmissionReview of ``pod``'s creation to its webhook, as kube-apiserver does (no certificate)."""
+        doc = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "request": {"uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                           "operation": "CREATE", "object": pod}}
+        req = urllib.request.Request(self.webhook_url, data=json.dumps(doc).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5, context=self._context()) as resp:
+            return resp.status, json.loads(resp.read())
+
     def ready(self) -> bool:
         if self.process is not None and self.process.poll() is not None:
             raise RuntimeError(f"extender {self.identity} exited with {self.process.returncode}:\n{self.log_tail()}")
@@ -251,6 +281,15 @@ class Extender:
             text: str = resp.read().decode()
             return text
 
+    def webhook_metrics(self) -> str:
+        """Its webhook worker's metrics ("" when its tree serves the webhook in the extender's process)."""
+        if not webhook_apart(self.root):
+            return ""
+        url = f"https://127.0.0.1:{self.webhook_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5, context=self._context()) as resp:
+            text: str = resp.read().decode()
+            return text
+
     def log_tail(self, lines: int = 60) -> str:
         return tail(self.log_path, lines)
 
@@ -271,9 +310,11 @@ class Gpuslice:
     def extender(self) -> Extender:
         return self.extenders[0]
 
-    def new_extender(self, identity: str, port: int | None = None, **settings: str) -> Extender:
+    def new_extender(self, identity: str, port: int | None = None, webhook_port: int | None = None,
+                     **settings: str) -> Extender:
         """A replica (not started) with the rendered environment, and its stand-in pod (named by the
-        identity, as POD_NAME is in a cluster), on which it sets the leader label."""
+        identity, as POD_NAME is in a cluster), on which it sets the leader label; on ``port`` and, when the
+        rendered command serves the webhook from a worker of its own, ``webhook_port`` (free ones by default)."""
         stand_in_pod(self.kube, identity)
         env = {
             **extender_env(),
@@ -290,8 +331,8 @@ class Gpuslice:
             "GPUSLICE_LOG_LEVEL": "info",
         }
         env.update({f"GPUSLICE_{k.upper()}": v for k, v in settings.items()})
-        port = port or free_port()
-        ext = Extender(port, identity, env, self.tls, self.catalog, self.work / f"extender-{identity}.log")
+        ext = Extender(port or free_port(), identity, env, self.tls, self.catalog,
+                       self.work / f"extender-{identity}.log", webhook_port or free_port())
         self.extenders.append(ext)
         return ext
 
@@ -367,7 +408,8 @@ EXTENDER_POLICIES = ("gpuslice-allocation-record",)  # the admission policies th
 
 def prepare(cp: ControlPlane, work: Path, port: int) -> Gpuslice:
     """The rendered manifests: namespace, catalog, RBAC, DeviceClasses, admission policies, the webhook
-    (pointed at an extender on ``port``); the certificates by ``gpuslice certs``. Nothing started."""
+    (pointed at ``port`` on loopback: an extender's ``webhook_url``); the certificates by ``gpuslice
+    certs``. Nothing started."""
     kube = Kube(cp.api_client())
     objs = manifests.rendered()
     for obj in objs:
@@ -411,9 +453,9 @@ def scheduler_config(g: Gpuslice, ext: Extender, name: str = "gpuslice-scheduler
 def install(cp: ControlPlane, work: Path, **settings: str) -> Gpuslice:
     """:func:`prepare`, then one extender (started, ready; ``settings`` as ``GPUSLICE_*`` variables) and the
     scheduler."""
-    port = free_port()
-    g = prepare(cp, work, port)
-    ext = g.new_extender("e2e-replica-a", port, **settings)
+    port, webhook_port = free_port(), free_port()
+    g = prepare(cp, work, webhook_port if webhook_apart() else port)
+    ext = g.new_extender("e2e-replica-a", port, webhook_port, **settings)
     ext.start()
     ext.wait_ready(90)
     cp.start_scheduler(scheduler_config(g, ext))

@@ -375,6 +375,9 @@ def test_standby_takes_over_after_leader_crash(gs: h.Gpuslice, kube: Kube, nodes
         # the Service selects the leader's pod by its label; the standby serves (/healthz, Ready) unlabelled
         assert standby.get("/healthz")[0] == 200
         assert h.leader_labelled(kube) == {leader.identity}
+        # the webhook needs no leadership: the standby answers it too (its Service selects every replica)
+        status, doc = standby.review(h.slice_pod("via-standby", "v100-25"))
+        assert status == 200 and doc["response"]["allowed"] and doc["response"]["patchType"] == "JSONPatch"
         leader.kill()
         crashed = time.monotonic()
         standby.wait_ready(60)

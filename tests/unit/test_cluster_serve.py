@@ -57,6 +57,15 @@ def test_webhook_route_gates_and_denies(runtime: ClusterRuntime) -> None:
     assert post(app, "/mutate", {"nope": 1})[0] == 400
 
 
+def test_with_a_webhook_port_the_extender_leaves_the_webhook_to_its_own_worker() -> None:
+    config = ExtenderConfig(webhook_port=8443)
+    runtime = ClusterRuntime(config, ClusterConfig(leader_elect=False), api=client.ApiClient())
+    app = create_cluster_app(config, runtime.cluster, runtime, start=False)
+    request = {"uid": "r", "kind": {"kind": "Pod"}, "operation": "CREATE", "object": pod("p", "v100-25")}
+    assert post(app, "/mutate", {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                 "request": request})[0] == 404
+
+
 def test_cluster_config_from_env() -> None:
     c = ClusterConfig.from_env({"GPUSLICE_LEADER_ELECT": "no", "GPUSLICE_TICK_S": "0.5", "POD_NAMESPACE": "x",
                                 "GPUSLICE_IDENTITY": "me"})

@@ -21,6 +21,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 gpuslice-extender.{{ .Release.Namespace }}.svc
 {{- end -}}
 
+{{/* The webhook's Service (every ready extender replica), a name the serving certificate holds too. */}}
+{{- define "gpuslice.webhookHost" -}}
+gpuslice-webhook.{{ .Release.Namespace }}.svc
+{{- end -}}
+
 {{/* Product names of the catalog, as a CEL list literal: ['v100-25', 'v100-50']. */}}
 {{- define "gpuslice.celProducts" -}}
 [{{- range $i, $p := .Values.catalog.products }}{{ if $i }}, {{ end }}'{{ $p.name }}'{{ end -}}]
@@ -103,6 +108,8 @@ spec:
         - {{ .Values.tls.bootstrap.leafDays | quote }}
         - --renew-within-days
         - {{ .Values.tls.bootstrap.renewWithinDays | quote }}
+        - --san  # the webhook's Service: kube-apiserver checks this name
+        - {{ include "gpuslice.webhookHost" . }}
         - --wait-webhook
         - "300"
         - --restart
