@@ -137,10 +137,10 @@ class GateController:
                     if index is None:
                         if not self._may_nudge(uid):
                             return  # it keeps its reservation; kube-scheduler retries it on its own schedule
-                        self.kube.patch_pod(namespace, name, nudge_patch(node, now), MERGE_PATCH)
+                        self.kube.patch_pod(namespace, name, nudge_patch(node, now), MERGE_PATCH, metadata_only=True)
                         self.metrics.gate_lifts.labels("nudged").inc()
                     else:
-                        self.kube.patch_pod(namespace, name, lift_patch(uid, index), JSON_PATCH)
+                        self.kube.patch_pod(namespace, name, lift_patch(uid, index), JSON_PATCH, metadata_only=True)
                         self.metrics.gate_lifts.labels("lifted").inc()
                     self._remember_lift(uid)
                     if self.reporter is not None:

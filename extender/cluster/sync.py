@@ -180,6 +180,9 @@ class ClusterSync:
                 self.reporter.forget(uid)
             return
         self._by_uid[uid] = pod
+        node = pod_node(pod)
+        if not node and not gated(pod):
+            return  # neither bound nor in line (the echo of a gate lift, a pod of another scheduler): nothing to do
         try:
             ask = self.state.describe(pod)
         except (MalformedPod, ClaimUnavailable, KubeError) as e:
@@ -187,7 +190,6 @@ class ClusterSync:
             return
         if not ask.managed:
             return
-        node = pod_node(pod)
         if node:
             if ask.request is None:
                 return  # bound with an ask we refuse: kube-scheduler did not get it from us

@@ -32,6 +32,9 @@ JSON_PATCH = "application/json-patch+json"
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 REQUEST_TIMEOUT = (5.0, 30.0)  # (connect, read) seconds: one stuck call must not hang a controller
+# a reply of the object's metadata only (kube-apiserver's PartialObjectMetadata), else the whole object: for
+# writes whose caller reads nothing back, kube-apiserver encodes and the client decodes a fraction of a pod
+METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
 AUTH = ["BearerToken"]
 
 
@@ -76,9 +79,10 @@ class Kube:
         content_type: str = "application/json",
         query: Mapping[str, Any] | None = None,
         timeout: float | tuple[float, float] = REQUEST_TIMEOUT,
+        accept: str = "application/json",
     ) -> Obj:
         """Send ``method path`` (with ``body`` as JSON) and return the reply object; KubeError otherwise."""
-        headers = {"Accept": "application/json"}
+        headers = {"Accept": accept}
         if body is not None:
             headers["Content-Type"] = content_type
         params = [(k, _param(v)) for k, v in (query or {}).items() if v is not None]
@@ -132,8 +136,10 @@ class Kube:
     def get_pod(self, namespace: str, name: str) -> Obj | None:
         return self.get(pod_path(namespace, name))
 
-    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
-        return self.request("PATCH", pod_path(namespace, name), body, content_type=content_type)
+    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str, metadata_only: bool = False) -> Obj:
+        """Patch the pod; the reply is the patched pod, or only its metadata with ``metadata_only``."""
+        return self.request("PATCH", pod_path(namespace, name), body, content_type=content_type,
+                            accept=METADATA_ONLY if metadata_only else "application/json")
 
     def patch_pod_status(self, namespace: str, name: str, body: Any, content_type: str) -> Obj:
         return self.request("PATCH", pod_path(namespace, name) + "/status", body, content_type=content_type)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from packing.kube.client import Kube, KubeError
+from packing.kube.client import MERGE_PATCH, Kube, KubeError
 from packing.queue import REASONS
 
 from . import gpuslice_harness as h
@@ -118,6 +118,16 @@ def test_best_fit_through_filter_prioritize_bind(gs: h.Gpuslice, kube: Kube, nod
     # the ledger says what the API says
     assert h.ledger_view(gs.extender.state()).items() >= h.recount(h.pods(kube, ns)).items()
     assert {a, b} == {half.node, half2.node}
+
+
+def test_a_write_that_reads_nothing_back_gets_only_the_metadata(gs: h.Gpuslice, kube: Kube, ns: str) -> None:
+    """The gate's lift asks kube-apiserver for the patched pod's metadata only (less to encode and decode)."""
+    h.create_pod(kube, ns, h.slice_pod("meta-only", "v100-25"))
+    reply = kube.patch_pod(ns, "meta-only", {"metadata": {"labels": {"x": "y"}}}, MERGE_PATCH, metadata_only=True)
+    assert reply["kind"] == "PartialObjectMetadata" and "spec" not in reply, reply
+    assert reply["metadata"]["labels"]["x"] == "y"
+    full = kube.patch_pod(ns, "meta-only", {"metadata": {"labels": {"x": "z"}}}, MERGE_PATCH)
+    assert full["kind"] == "Pod" and "spec" in full
 
 
 # ---- 2. more demand than capacity: explained Pending, freed slice goes to the head of the line ----

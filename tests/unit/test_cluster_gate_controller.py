@@ -49,7 +49,8 @@ class FakePods:
     def get_pod(self, namespace: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self._by_name(name))
 
-    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str) -> dict[str, Any]:
+    def patch_pod(self, namespace: str, name: str, body: Any, content_type: str,
+                  metadata_only: bool = False) -> dict[str, Any]:
         code = self.fail_once.pop(name, 0)
         if code:
             raise KubeError(code, "injected")
