@@ -422,7 +422,7 @@ class Bench:
         self.cp = ControlPlane(kube_bin_dir(), work_dir=self.work / "cp")
         self.cp.start()
         self.api = Api(self.cp)
-        self.port, self.webhook_port = free_port(), free_port()
+        self.port = free_port()  # in the rendered scheduler configurations: one port for the run
         self.g = h.prepare(self.cp, self.work, self.port)  # each configuration points the webhook at its extender
         self.ext: h.Extender | None = None
         self.home = self.work / "home"  # gunicorn keeps per-user files under HOME: a private one
@@ -456,7 +456,7 @@ class Bench:
             return
         mode, policy, label = parse_config(config)
         settings = {**DEPLOYED_SETTINGS, "gate": "1" if mode == "deployed" else "0"}
-        ext = self.g.new_extender("bench", port=self.port, webhook_port=self.webhook_port, **settings)
+        ext = self.g.new_extender("bench", port=self.port, **settings)  # a webhook port freshly free for each
         ext.env["HOME"] = str(self.home)
         ext.root = self.sources[label]
         if policy:
