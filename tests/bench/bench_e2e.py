@@ -263,6 +263,25 @@ def group_cpu_s(pgid: int | None) -> float:
     return ticks / CLK_TCK
 
 
+def mean_ms_by_kind(before: Samples, after: Samples) -> dict[tuple[str, ...], float]:
+    """kube-apiserver's mean time per request of each (verb, resource, subresource) between two scrapes."""
+    keys = ("verb", "resource", "subresource")
+    sums = [by_label(s, "apiserver_request_duration_seconds_sum", keys) for s in (before, after)]
+    counts = [by_label(s, "apiserver_request_duration_seconds_count", keys) for s in (before, after)]
+    out: dict[tuple[str, ...], float] = {}
+    for kind, count in counts[1].items():
+        n = count - counts[0].get(kind, 0.0)
+        if n > 0 and kind[0] != "WATCH":
+            out[kind] = (sums[1].get(kind, 0.0) - sums[0].get(kind, 0.0)) / n * 1000
+    return out
+
+
+def kind_ms(bursts: Sequence[Burst], kind: tuple[str, ...]) -> str:
+    """" (N ms)": the median over ``bursts`` of kube-apiserver's mean time per request of ``kind``, if measured."""
+    values = [b.request_ms[kind] for b in bursts if kind in b.request_ms]
+    return f" ({med(values):.0f} ms)" if values else ""
+
+
 def bucket_bounds(samples: Samples, metric: str, **match: str) -> list[str]:
     """The ``le`` labels of a histogram's buckets (as exposed: "0.005", ..., "+Inf")."""
     return sorted({labels["le"] for n, labels, _ in samples
@@ -332,6 +351,8 @@ class Burst:
     lower_bound: int = 0
     overcommitted: int = 0
     webhook_p99_ms: float = float("nan")  # seen by kube-apiserver, interpolated in its histogram
+    # (verb, resource, subresource) -> kube-apiserver's mean time per request (apiserver_request_duration_seconds)
+    request_ms: dict[tuple[str, ...], float] = field(default_factory=dict)
 
     @property
     def rate(self) -> float:
@@ -593,6 +614,7 @@ class Bench:
         kinds = Counter({k: v - kinds_before.get(k, 0) for k, v in kinds_after.items()
                          if k[0] != "WATCH" and v - kinds_before.get(k, 0) > 0})
         requests = sum(kinds.values())
+        request_ms = mean_ms_by_kind(before.api, after.api)
         webhook = delta("apiserver_admission_webhook_admission_duration_seconds_count", name=WEBHOOK)
         events = delta("apiserver_watch_events_total") - watch.events
         watch_bytes = delta("apiserver_watch_events_sizes_sum") - watch.bytes
@@ -619,7 +641,7 @@ class Bench:
         return Burst(config, round_, self.args.pods, len(bound), max(1e-9, last - first), create_seconds, retries,
                      latencies, cpu, requests / n, Counter({k: v / n for k, v in kinds.items()}), webhook / n,
                      events / n, watch_bytes / n / 1024, algo_s * 1000 / n, attempts / n, verbs, connections,
-                     webhook_p99_ms=webhook_p99)
+                     webhook_p99_ms=webhook_p99, request_ms=request_ms)
 
     def _cards(self, burst: Burst, namespace: str, products: Sequence[str | None], names: Sequence[str]) -> None:
         items = self.api.json("GET", f"/api/v1/namespaces/{namespace}/pods").get("items") or []
@@ -748,14 +770,16 @@ def report(bursts: list[Burst], freed: list[dict[str, Any]], rounds: int, config
               f"{med(b.algorithm_ms for b in bs):>8.2f} {med(b.attempts for b in bs):>9.2f} "
               f"{med(b.create_seconds for b in bs):>9.1f} {med(b.create_retries for b in bs):>8.0f} "
               f"{cards:>7} {bound:>6} {over:>10}")
-    print("\n== API requests per pod by kind (verb resource/subresource; median over rounds) ==")
+    print("\n== API requests per pod by kind (verb resource/subresource, per pod (mean ms in kube-apiserver, "
+          "webhook included); median over rounds) ==")
     for c in configs:
         bs = by[c]
         if not bs:
             continue
         kinds = {k for b in bs for k in b.request_kinds}
         rows = sorted(((med(b.request_kinds.get(k, 0.0) for b in bs), k) for k in kinds), reverse=True)
-        print(f"{c}: " + ", ".join(f"{k[0]} {k[1]}{'/' + k[2] if k[2] else ''} {v:.2f}" for v, k in rows if v >= 0.01))
+        print(f"{c}: " + ", ".join(f"{k[0]} {k[1]}{'/' + k[2] if k[2] else ''} {v:.2f}{kind_ms(bs, k)}"
+                                   for v, k in rows if v >= 0.01))
     print("\n== extender verbs per pod (calls, mean server ms; median over rounds) ==")
     for c in configs:
         if c == "plain":

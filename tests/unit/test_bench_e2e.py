@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from tests.bench.bench_e2e import Burst, guard, histogram_quantile, parse_config
+from tests.bench.bench_e2e import Burst, guard, histogram_quantile, kind_ms, mean_ms_by_kind, parse_config
 
 
 def test_configurations_name_mode_policy_and_source() -> None:
@@ -35,3 +35,23 @@ def test_guard_fails_only_above_its_ratio_of_the_same_rounds() -> None:
     assert guard(by, 1.5)
     assert not guard(by, 1.3)
     assert not guard({"deployed": by["deployed"]}, 1.5), "without best fit's figures it cannot pass"
+
+
+def test_mean_time_per_request_kind_between_two_scrapes() -> None:
+    def scrape(patches: float, patch_s: float, watches: float) -> list[tuple[str, dict[str, str], float]]:
+        patch = {"verb": "PATCH", "resource": "pods", "subresource": "", "scope": "resource"}
+        watch = {"verb": "WATCH", "resource": "pods", "subresource": ""}
+        return [("apiserver_request_duration_seconds_count", patch, patches),
+                ("apiserver_request_duration_seconds_sum", patch, patch_s),
+                ("apiserver_request_duration_seconds_count", {**patch, "scope": "namespace"}, 1.0),
+                ("apiserver_request_duration_seconds_sum", {**patch, "scope": "namespace"}, 0.0),
+                ("apiserver_request_duration_seconds_count", watch, watches),
+                ("apiserver_request_duration_seconds_sum", watch, watches * 60)]
+
+    # 100 PATCHes in 5 s between the scrapes (both scopes summed), 0.05 s each; no WATCH (long-running)
+    means = mean_ms_by_kind(scrape(10, 1.0, 1), scrape(110, 6.0, 3))
+    assert means == {("PATCH", "pods", ""): pytest.approx(50.0)}
+    b = burst("deployed", 0, 1.0)
+    b.request_ms = means
+    assert kind_ms([b], ("PATCH", "pods", "")) == " (50 ms)"
+    assert kind_ms([b], ("POST", "pods", "")) == ""
