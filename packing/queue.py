@@ -298,6 +298,10 @@ class ClaimQueue:
         not change it)."""
         return self._groups.groups.of(claim)
 
+    def groups(self) -> Iterator[Group]:
+        """Every pod group the queue knows, waiting or running (read them, do not change them)."""
+        return iter(self._groups.groups)
+
     def usage(self, namespace: str) -> Usage:
         """What ``namespace`` holds now (admitted and started claims)."""
         return self._book.usage(namespace)

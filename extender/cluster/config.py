@@ -39,7 +39,9 @@ class ClusterConfig:
     entitlements_configmap: str = "gpuslice-entitlements"
     webhook_path: str = "/mutate"
     leader_label: str = ""  # set on the leader's own pod (named by the identity) once ready; empty: off
-    group_ready_timeout_s: float = 300.0  # a pod group admitted but not all bound by then goes back in line
+    # a pod group admitted but not all bound by then goes back in line; bound but not all Running by then: an Event
+    group_ready_timeout_s: float = 300.0
+    group_evict_not_ready: bool = False  # ... and its members are evicted (opt-in, as Kueue's waitForPodsReady)
     group_bind_wait_s: float = 10.0  # a member's bind waits this long for the rest (under kube-scheduler's 30 s)
     group_member_timeout_s: float = MEMBER_TIMEOUT_S  # WaitingForMembers this long: a PodGroupIncomplete Event
 

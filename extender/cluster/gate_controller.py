@@ -18,7 +18,8 @@ place in line and the next step tries again.
 A pod group is admitted whole in one step (``packing.group_book``): its members' lifts are in
 that step's batch, sent together. A group the queue put back in line (a member's reservation
 lapsed or its bind failed, a member deleted before the group was bound) gets a
-``PodGroupRolledBack`` Event on every member, with why.
+``PodGroupRolledBack`` Event on every member, with why. Each step also checks the bound groups for
+members not Running in time (``group_readiness``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from extender.cluster.group_readiness import GroupReadiness
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import GROUP_ROLLED_BACK, PendingReporter
 from extender.cluster.state import ClusterState
@@ -72,6 +74,7 @@ class GateController:
         self.metrics = metrics
         self.reporter = reporter
         self.tick_s = tick_s
+        self.readiness: GroupReadiness | None = None  # bound pod groups not Running in time (the leader's)
         self.lifted: dict[str, float] = {}  # pod uid -> wall time its gate was lifted (for measurements)
         self._nudged: dict[str, tuple[int, float]] = {}  # pod uid -> (nudges so far, wall time of the last)
         self._explained = float("-inf")  # monotonic time of the last explanation handed to the reporter
@@ -104,6 +107,11 @@ class GateController:
                     self.reporter.group_event(uid, GROUP_ROLLED_BACK, (
                         f"pod group {back.group} went back to its place in line: {back.why}; the reservations of "
                         "its members not bound yet are released, and it starts again when all of them fit at once"))
+        if self.readiness is not None:
+            try:
+                self.readiness.check()
+            except Exception:  # telling or evicting a late group must not stop admissions
+                log.exception("checking bound pod groups for readiness failed")
         if self.reporter is not None and time.monotonic() - self._explained >= self.tick_s:
             # explaining is O(waiting) under the state lock (80 ms at 10 000 waiting): at most once a tick
             self._explained = time.monotonic()

@@ -26,6 +26,9 @@ class ClusterMetrics:
                                       registry=registry)
         self.notices = Counter("gpuslice_pending_notices", "Conditions and Events written for waiting pods",
                                ["kind"], registry=registry)
+        self.groups_not_ready = Counter("gpuslice_pod_groups_not_ready", "Bound pod groups not all Running within "
+                                        "the ready timeout: told (an Event), member evictions sent or failed",
+                                        ["what"], registry=registry)
         self.entitlement_errors = Counter("gpuslice_entitlement_errors", "Entitlement values that could not be read",
                                           registry=registry)
         self.leader = Gauge("gpuslice_leader", "1 while this replica leads (owns the ledger)", registry=registry)

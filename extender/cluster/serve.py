@@ -28,6 +28,7 @@ from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
 from extender.cluster.gate_controller import LIFT_WORKERS, GateController
+from extender.cluster.group_readiness import GroupReadiness
 from extender.cluster.leader import LeaderElector
 from extender.cluster.leader_label import LeaderLabel
 from extender.cluster.metrics import ClusterMetrics
@@ -152,6 +153,8 @@ class ClusterRuntime:
             sync = ClusterSync(self.state, self.kube, self.cluster, self.metrics, reporter=reporter,
                                recently_bound=self.binder.bound_since)
             gate = GateController(self.state, self.kube, sync.pod, self.metrics, reporter, self.cluster.tick_s)
+            gate.readiness = GroupReadiness(self.state, self.kube, sync.pod, self.metrics, reporter,
+                                            self.cluster.group_ready_timeout_s, self.cluster.group_evict_not_ready)
             sync.kick = gate.kick  # the sync wakes the gate; both read pods from the sync's cache
             reporter.lookup = sync.pod
             term = _Term(sync, gate, reporter)

@@ -62,6 +62,7 @@ class ClusterState:
         self.core.group_binds = GroupBinds(group_bind_wait_s)
         self.group_ready_timeout_s = group_ready_timeout_s  # a group's reservations last this long from its admission
         self._admitted: set[str] = set()  # claims the queue admitted whose bind has not been seen yet
+        self._group_admitted: dict[tuple[str, str], float] = {}  # pod group -> when its last members were admitted
 
     # ---- the core's parts ------------------------------------------------------------------------
 
@@ -109,6 +110,7 @@ class ClusterState:
             self.core.ready = False
             self.core.clear()
             self._admitted.clear()
+            self._group_admitted.clear()
 
     # ---- pods seen through the API ---------------------------------------------------------------
 
@@ -225,10 +227,31 @@ class ClusterState:
             for a in admissions:
                 core.cache.touch(a.allocation.node)
                 self._admitted.add(a.claim)
-                if a.allocation.reserved and queue.group_of(a.claim) is not None:
+                group = queue.group_of(a.claim)
+                if a.allocation.reserved and group is not None:
                     # a group binds together, maybe after kube-scheduler's retries: its deadline is the ready timeout
                     core.ledger.extend(a.claim, now + self.group_ready_timeout_s)
+                    self._group_admitted[group.key] = now  # its members must be Running by now + the ready timeout
             return admissions
+
+    def bound_groups(self, now: float) -> list[tuple[str, float, tuple[str, ...]]]:
+        """Pod groups whose members are all bound: (namespace/name, admitted at, member uids). A group
+        this leader did not admit (adopted after a leader change) counts from when it is first seen here."""
+        core = self.core
+        with core.cache.lock:
+            out: list[tuple[str, float, tuple[str, ...]]] = []
+            known: set[tuple[str, str]] = set()
+            for g in core.waiting.queue.groups():
+                known.add(g.key)
+                if g.waiting or not g.running or len(g.running) != g.size or g.invalid() is not None:
+                    continue
+                if any(core.cache.bound_node(uid) is None for uid in g.running):
+                    continue  # not all bound yet: the reservation deadline's case
+                admitted_at = self._group_admitted.setdefault(g.key, now)
+                out.append((g.label, admitted_at, tuple(sorted(g.running))))
+            for key in [k for k in self._group_admitted if k not in known]:
+                del self._group_admitted[key]  # the group is gone: forget when it was admitted
+            return out
 
     def recover_admitted(self) -> list[str]:
         """Admitted claims that lost their reservation before a bind (a filter found no node for

@@ -162,6 +162,13 @@ class Kube:
         }
         self.request("POST", pod_path(namespace, name) + "/binding", body)
 
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Evict the pod through the Eviction API (PodDisruptionBudgets apply; 429 while one forbids it);
+        ``uid`` is a precondition, so a re-created pod of that name is left alone (409)."""
+        body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace},
+                "deleteOptions": {"preconditions": {"uid": uid}}}
+        self.request("POST", pod_path(namespace, name) + "/eviction", body)
+
     def create_event(self, namespace: str, body: Obj) -> None:
         self.request("POST", f"/api/v1/namespaces/{q(namespace)}/events", body)
 

@@ -12,6 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from extender.cluster.gate_controller import GateController, gate_index
+from extender.cluster.group_readiness import GROUP_NOT_READY, GroupReadiness
 from extender.cluster.metrics import ClusterMetrics
 from extender.cluster.pending_writer import GROUP_INCOMPLETE, GROUP_ROLLED_BACK, PendingReporter, notice_of
 from extender.cluster.state import ClusterState
@@ -23,6 +24,7 @@ from extender.state import StateConfig
 from extender.wire import BindingArgs, ExtenderArgs
 from packing.asks import AskReader
 from packing.claims import MemberOf
+from packing.kube.client import KubeError
 from packing.pod_group import GROUP_LABEL, SIZE_ANNOTATION, GroupError, group_of, members_disagree
 from packing.products import load_catalog
 from packing.queue import NO_CAPACITY, WAITING_FOR_MEMBERS
@@ -298,3 +300,104 @@ def test_a_member_whose_group_went_back_never_binds_alone() -> None:
     out = state.core.bind(BindingArgs("a", "team", uid(a), "n1"))  # kube-scheduler had it in its binding cycle
     assert out.code is BindCode.GROUP_INCOMPLETE and "without a reservation" in out.error
     assert binder.bound == {} and uid(a) not in state.ledger.allocations
+
+
+# ---- bound but not Running within the ready timeout ------------------------------------------------
+
+class EvictingPods(FakePods):
+    """FakePods that also take evictions (a status code in ``refuse`` answers the next one for that pod)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.evicted: list[str] = []
+        self.refuse: dict[str, int] = {}
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        code = self.refuse.pop(name, 0)
+        if code:
+            raise KubeError(code, "injected")
+        self.evicted.append(name)
+
+
+def bound_pair(wait_s: float = 2.0) -> tuple[ClusterState, EvictingPods, GateController, Clock, Events,
+                                             list[dict[str, Any]]]:
+    state, _, gate, _, clock, events = cluster(gpus=2, wait_s=wait_s)
+    api = EvictingPods()
+    gate.kube, gate.lookup, gate.reporter.lookup = api, api.pods.get, api.pods.get  # type: ignore[assignment,union-attr]
+    docs = [arrive(state, api, member(n), 100.0 + i) for i, n in enumerate(("a", "b"))]
+    gate.step()
+    threads = [threading.Thread(target=state.core.bind, args=(BindingArgs(d["metadata"]["name"], "team", uid(d),
+                                                                          "n1"),)) for d in docs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(5)
+    assert all(state.core.cache.bound_node(uid(d)) == "n1" for d in docs)
+    return state, api, gate, clock, events, docs
+
+
+def readiness(state: ClusterState, api: EvictingPods, gate: GateController, evict: bool) -> GroupReadiness:
+    return GroupReadiness(state, api, api.pods.get, ClusterMetrics(CollectorRegistry()), gate.reporter,  # type: ignore[arg-type]
+                          READY_S, evict)
+
+
+def test_a_bound_group_not_running_in_time_is_told_once_and_evicted(monkeypatch: pytest.MonkeyPatch) -> None:
+    state, api, gate, clock, events, (a, b) = bound_pair()
+    admitted = clock.now
+    assert state.bound_groups(clock.now) == [("team/train", admitted, tuple(sorted((uid(a), uid(b)))))]
+    a["status"] = {"phase": "Running"}
+    b["status"] = {"phase": "Pending", "containerStatuses": [{"name": "c", "state": {"waiting": {
+        "reason": "ImagePullBackOff"}}}]}
+    watch = readiness(state, api, gate, evict=True)
+    clock.now = admitted + READY_S - 1
+    assert watch.check() == [] and api.evicted == []
+    clock.now = admitted + READY_S
+    monkeypatch.setattr("extender.cluster.group_readiness.EVICT_RETRY_S", 0.0)
+    api.refuse["b"] = 429  # a PodDisruptionBudget forbids it for now: tried again at the next check
+    (late,) = watch.check()
+    assert [m.name for m in late.late] == ["b"]
+    assert api.evicted == ["a"]
+    watch.check()
+    assert api.evicted == ["a", "b"]
+    gate.reporter.flush()  # type: ignore[union-attr]
+    told = [e for e in events.events if e["reason"] == GROUP_NOT_READY]
+    assert sorted(e["involvedObject"]["name"] for e in told) == ["a", "b"]  # once each, over both checks
+    assert "b (Pending: container c waiting ImagePullBackOff)" in told[0]["message"]
+    assert "evicted" in told[0]["message"] and told[0]["type"] == "Warning"
+    for d in (a, b):
+        d["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # leaving: not evicted again
+    watch.check()
+    assert api.evicted == ["a", "b"]
+
+
+def test_off_only_tells_and_a_running_group_or_one_not_all_bound_is_never_late() -> None:
+    state, api, gate, clock, events, (a, b) = bound_pair()
+    watch = readiness(state, api, gate, evict=False)
+    clock.now += READY_S + 1
+    for d in (a, b):
+        d["status"] = {"phase": "Running"}
+    assert watch.check() == []
+    b["status"] = {"phase": "Pending"}
+    assert len(watch.check()) == 1 and len(watch.check()) == 1
+    gate.reporter.flush()  # type: ignore[union-attr]
+    told = [e for e in events.events if e["reason"] == GROUP_NOT_READY]
+    assert len(told) == 2 and "nothing is evicted" in told[0]["message"]
+    assert api.evicted == []
+    # a group admitted but not bound yet is the reservation deadline's, not this check's
+    state2, _, gate2, _, clock2, _ = cluster(gpus=2)
+    api2 = FakePods()
+    for i, n in enumerate(("c", "d")):
+        arrive(state2, api2, member(n), 100.0 + i)
+    gate2.step()
+    assert state2.bound_groups(clock2.now + READY_S + 1) == []
+
+
+def test_a_group_adopted_bound_counts_from_when_it_is_first_seen() -> None:
+    state, _api, _gate, clock, _, (a, b) = bound_pair()
+    state._group_admitted.clear()  # as after a leader change: this replica did not admit it
+    clock.now += 1000.0
+    assert state.bound_groups(clock.now)[0][1] == clock.now
+    assert state.bound_groups(clock.now + 5)[0][1] == clock.now  # kept
+    state.observe_gone(uid(a))
+    state.observe_gone(uid(b))
+    assert state.bound_groups(clock.now) == [] and state._group_admitted == {}
