@@ -82,7 +82,10 @@ def test_a_bound_group_not_running_in_time_is_told_and_evicted_when_asked(
     add_nodes(gs, nodes, 1, 2, "ready")
     names = ["late-0", "late-1"]
     for name in names:
-        h.create_pod(kube, ns, member(name, "late", 2))
+        doc = member(name, "late", 2)
+        if name == "late-0":  # it ends as a kubelet would end it: Terminating first, gone once the test says so
+            doc["spec"]["terminationGracePeriodSeconds"] = 30
+        h.create_pod(kube, ns, doc)
     for name in names:
         h.wait_bound(kube, ns, name, timeout=30)
     bound_at = time.monotonic()
@@ -107,10 +110,18 @@ def test_a_bound_group_not_running_in_time_is_told_and_evicted_when_asked(
     if evicts:
         assert "evicted" in message and "a bare pod is gone" in message
 
-        def gone() -> bool:
-            return not {p["metadata"]["name"] for p in h.pods(kube, ns)} & set(names)
+        def terminating() -> dict[str, Any] | None:
+            pods = {p["metadata"]["name"]: p for p in h.pods(kube, ns)}
+            late0 = pods.get("late-0")
+            return late0 if "late-1" not in pods and late0 and late0["metadata"].get("deletionTimestamp") else None
 
-        h.poll(gone, 20, "both members evicted (deleted)")
+        late0 = h.poll(terminating, 20, "late-1 evicted (gone at once, grace 0), late-0 evicted (Terminating)")
+        disrupted = [c for c in late0["status"].get("conditions") or [] if c["type"] == "DisruptionTarget"]
+        assert disrupted and disrupted[0]["reason"] == "EvictionByEvictionAPI", late0["status"]
+        h.poll(lambda: held(gs, ns, names) == {"late-0"}, 10, "late-1's slice freed; late-0 keeps its own")
+        time.sleep(2)  # a few more checks: a Terminating member is not evicted again
+        assert held(gs, ns, names) == {"late-0"}
+        h.delete_now(kube, ns, "late-0")  # what the kubelet does once its containers stopped
         h.poll(lambda: not held(gs, ns, names), 10, "both members' slices freed in the ledger")
         metrics = gs.extender.metrics()
         assert 'gpuslice_pod_groups_not_ready_total{what="evicted"} 2.0' in metrics
