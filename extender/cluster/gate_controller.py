@@ -77,6 +77,7 @@ class GateController:
         self.readiness: GroupReadiness | None = None  # bound pod groups not Running in time (the leader's)
         self.lifted: dict[str, float] = {}  # pod uid -> wall time its gate was lifted (for measurements)
         self._nudged: dict[str, tuple[int, float]] = {}  # pod uid -> (nudges so far, wall time of the last)
+        self._checked = float("-inf")  # monotonic time of the last readiness check of the bound groups
         self._explained = float("-inf")  # monotonic time of the last explanation handed to the reporter
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -107,7 +108,8 @@ class GateController:
                     self.reporter.group_event(uid, GROUP_ROLLED_BACK, (
                         f"pod group {back.group} went back to its place in line: {back.why}; the reservations of "
                         "its members not bound yet are released, and it starts again when all of them fit at once"))
-        if self.readiness is not None:
+        if self.readiness is not None and time.monotonic() - self._checked >= self.tick_s:
+            self._checked = time.monotonic()  # O(groups) under the state lock: at most once a tick, as explaining
             try:
                 self.readiness.check()
             except Exception:  # telling or evicting a late group must not stop admissions
