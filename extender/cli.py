@@ -299,7 +299,8 @@ def _since(epoch_ms: int, now: float) -> str:
 
 def _render(state: dict[str, Any], now: float | None = None) -> str:
     ready = "ready" if state["ready"] else "NOT READY"
-    lines = [f"mode {state['mode']}, policy {state['policy']}, {ready}; ledger built "
+    admission = f", admission {state['admission']}" if "admission" in state else ""
+    lines = [f"mode {state['mode']}, policy {state['policy']}{admission}, {ready}; ledger built "
              f"{_since(int(state['epoch']), time.time() if now is None else now)}; a filter's reservation waits "
              f"{state['reservation_ttl_s']:g} s for its bind"
              + ("" if state["durable"] else "; in memory only (lost at a restart)")]
@@ -318,8 +319,9 @@ def _render(state: dict[str, Any], now: float | None = None) -> str:
                      f"{','.join(a['gpus'])}{extra}")
     lines.append(f"waiting ({len(state['queue'])}):")
     for w in state["queue"]:
+        expected = f" ({w['expected']})" if w.get("expected") else ""
         lines.append(f"  {w['position']:>3}. {w['pod']:<30} {w['product']:<9} {w['waiting_s']:>8.1f} s  "
-                     f"{w['reason']}: {w['message']}")
+                     f"{w['reason']}: {w['message']}{expected}")
     return "\n".join(lines)
 
 

@@ -3,11 +3,13 @@
 A pod waits while it carries gpuslice's scheduling gate (the queue holds it), or while it is
 Pending and unbound after the queue admitted it (kube-scheduler binds it next). What it waits for
 is the condition ``gpuslice.io/Queued`` the extender writes (``extender/cluster/pending_writer.py``):
-its reason, and a message that starts with the pod's position in line. A gated pod the extender
-has not explained yet shows ``<none>``. The line is one for the whole cluster: ``-n`` shows the
-waiting pods of one namespace with their places in that one line. A pod group's members (label
-``gpuslice.io/pod-group``) share their group's place and reason; a GROUP column then shows the
-group's name and its members present / size, as the extender counted them.
+its reason, and a message that starts with the pod's position in line and ends with what the recent
+waits of its product say (``EXPECTED``: about how much longer, from ``packing.wait_history``; ``longer``
+when it waited longer than every recent claim of its product; ``<none>`` before enough were admitted).
+A gated pod the extender has not explained yet shows ``<none>``. The line is one for the whole cluster:
+``-n`` shows the waiting pods of one namespace with their places in that one line. A pod group's
+members (label ``gpuslice.io/pod-group``) share their group's place and reason; a GROUP column then
+shows the group's name and its members present / size, as the extender counted them.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 from extender.cluster.pending_writer import CONDITION
 from extender.gates import product_of
 from packing.argtypes import dns_label, readable_file
+from packing.explain import EXPECTED_IN, EXPECTED_LONGER
 from packing.gate import gated
 from packing.kube.client import Kube, KubeError, current_namespace, operator_kube, parse_time, q
 from packing.pod_group import GROUP_LABEL, SIZE_ANNOTATION
@@ -30,8 +33,9 @@ from packing.usage import CommandParser
 
 # Notice.text() and notice_of() in pending_writer.py write these two parts; test_queue_view checks both ways
 _POSITION = re.compile(r"^position (\d+) in the gpuslice queue: ")
-_PRODUCT = re.compile(r"\(([^():\s]+): \d+(?:st|nd|rd|th) of its product in line\)$")
+_PRODUCT = re.compile(r"\(([^():\s]+): \d+(?:st|nd|rd|th) of its product in line(?:; [^()]*)?\)$")
 _GROUP = re.compile(r"pod group \S+ \((\d+) of (\d+) members present\)")  # packing.group_admission's words
+_EXPECTED = re.compile(rf"; (?:{EXPECTED_IN} ([^;()]+)|({EXPECTED_LONGER}) [^;()]+); [^;()]*\)$")
 NONE = "<none>"  # kubectl's word for an empty cell
 
 
@@ -50,6 +54,7 @@ class Waiting:
     message: str  # the condition's message without its position prefix
     group: str = ""  # its pod group's name ("" for none)
     members: str = ""  # the group's members present / size ("3/4"), "?" where the extender has not said
+    expected: str = ""  # what its product's recent waits say: "~5 min" more, "longer" than all, "" when unknown
 
 
 def queued_condition(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -76,6 +81,9 @@ def waiting_of(pod: Mapping[str, Any], now: float) -> Waiting | None:
     product = product_of(pod)
     if product.startswith("claim ") and (m := _PRODUCT.search(text)) is not None:
         product = m.group(1)  # a claim's product is resolved by the extender, which names it
+    expected = ""
+    if waits and (m := _EXPECTED.search(text)) is not None:
+        expected = f"~{m.group(1).strip()}" if m.group(1) else "longer"
     since = parse_time(meta.get("creationTimestamp"))
     group = str((meta.get("labels") or {}).get(GROUP_LABEL) or "")
     members = ""
@@ -86,7 +94,8 @@ def waiting_of(pod: Mapping[str, Any], now: float) -> Waiting | None:
     return Waiting(namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or ""),
                    position=position, product=product, reason=str((condition or {}).get("reason") or ""),
                    status="gated" if waits else "admitted", waiting_since=str(meta.get("creationTimestamp") or ""),
-                   waited_s=max(0.0, now - since) if since else 0.0, message=text, group=group, members=members)
+                   waited_s=max(0.0, now - since) if since else 0.0, message=text, group=group, members=members,
+                   expected=expected)
 
 
 def waiting_pods(pods: Sequence[Mapping[str, Any]], now: float) -> list[Waiting]:
@@ -135,11 +144,11 @@ def table(rows: Sequence[Waiting], all_namespaces: bool, headers: bool = True) -
     GROUP column (name and members present / size) when a pod of a group is among the rows."""
     groups = any(w.group for w in rows)
     head = ((["NAMESPACE"] if all_namespaces else []) + ["NAME", "POSITION", "PRODUCT"] + (["GROUP"] if groups else [])
-            + ["REASON", "WAITED", "MESSAGE"])
+            + ["REASON", "WAITED", "EXPECTED", "MESSAGE"])
     cells = [([w.namespace] if all_namespaces else [])
              + [w.name, str(w.position) if w.position is not None else "-", w.product or NONE]
              + ([f"{w.group} ({w.members})" if w.group else NONE] if groups else [])
-             + [w.reason or NONE, human_duration(w.waited_s), w.message or _unexplained(w)]
+             + [w.reason or NONE, human_duration(w.waited_s), w.expected or NONE, w.message or _unexplained(w)]
              for w in rows]
     lines = ([head] if headers else []) + cells
     widths = [max(len(line[i]) for line in lines) for i in range(len(head) - 1)]
@@ -157,7 +166,7 @@ def as_json(rows: Sequence[Waiting]) -> str:
     """The rows as ``{"items": [...]}``, field names as the API spells them (camelCase)."""
     items = [{"namespace": w.namespace, "name": w.name, "position": w.position, "product": w.product,
               "reason": w.reason, "status": w.status, "waitingSince": w.waiting_since,
-              "waitedSeconds": round(w.waited_s, 3), "message": w.message,
+              "waitedSeconds": round(w.waited_s, 3), "expected": w.expected, "message": w.message,
               "group": _group_json(w)} for w in rows]
     return json.dumps({"items": items}, indent=2)
 

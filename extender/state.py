@@ -626,6 +626,7 @@ class ExtenderState:
             return {
                 "mode": self.config.mode,
                 "policy": self.policy.name,
+                "admission": self.waiting.queue.admission,
                 "placement_phase": self._placement_phase(),
                 "ready": self.ready,
                 "epoch": self.cache.epoch,

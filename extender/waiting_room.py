@@ -24,7 +24,7 @@ from collections import OrderedDict
 from typing import Any
 
 from packing.asks import PodAsk
-from packing.explain import ADMISSIBLE
+from packing.explain import ADMISSIBLE, expected_text
 from packing.ledger import Allocation, Ledger
 from packing.queue import ClaimQueue, QueueError, WaitingClaim
 
@@ -153,5 +153,7 @@ class WaitingRoom:
                 "estimated_start_in_s": None if e.estimated_start is None else round(e.estimated_start - now, 3),
                 "group": None if e.group is None else {"name": e.group.name, "present": e.group.present,
                                                         "size": e.group.size},
+                "expected_start_in_s": None if e.expected_in is None else round(e.expected_in, 3),
+                "expected": expected_text(e),  # what its product's recent waits say (packing.wait_history)
             })
         return out

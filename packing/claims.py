@@ -17,8 +17,9 @@ AGING_GUARD = "aging-guard"
 BEST_EFFORT_FIFO = "best-effort-fifo"
 STRICT_FIFO = "strict-fifo"
 DRAIN_SOONEST = "drain-soonest"
-ADMISSION_POLICIES = (DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO)  # the default first
-DEFAULT_ADMISSION = DRAIN_SOONEST
+WORST_FIRST = "worst-first"
+ADMISSION_POLICIES = (WORST_FIRST, DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO)  # the default first
+DEFAULT_ADMISSION = WORST_FIRST
 DEFAULT_DRAIN_TARGETS = 8  # the reference study's best variant; also capped at a quarter of the nodes
 DEFAULT_AGE_LIMIT = 3600.0  # seconds: the protocol B study's T, 2-4 points of capacity at saturation
 

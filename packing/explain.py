@@ -11,6 +11,7 @@ estimated start per head).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any, NamedTuple, Protocol
@@ -19,6 +20,7 @@ from packing.claims import WaitingClaim
 from packing.ledger import Gpu, Ledger
 from packing.node_fit import NodeConstraints, why_not
 from packing.products import Request
+from packing.wait_history import WaitLately, WaitSummary
 
 QUOTA_EXCEEDED = "QuotaExceeded"
 NO_CAPACITY = "NoCapacity"
@@ -31,6 +33,8 @@ INVALID_GROUP = "InvalidGroup"  # a pod group whose members disagree on its size
 REASONS = (QUOTA_EXCEEDED, NO_CAPACITY, WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, UNSATISFIABLE, ADMISSIBLE,
            WAITING_FOR_MEMBERS, INVALID_GROUP)
 FITS_NOW = "fits now: the next admission step starts it"
+EXPECTED_IN = "expected start in about"  # ``expected_text``; ``gpuslice queue`` reads the duration after it
+EXPECTED_LONGER = "waited longer than every recent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,8 @@ class Explanation:
     priority: int = 0
     estimated_start: float | None = None  # WaitingForReservation: when declared ends make it fit
     group: GroupStatus | None = None  # a member of a pod group: the group waits as one (its reason, its place)
+    expected_in: float | None = None  # its product's recent waits: the median further wait of those that waited longer
+    wait_lately: WaitSummary | None = None  # its product's recent waits (None: too few admitted to say)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready view (for the pod event/condition and the state endpoint)."""
@@ -72,6 +78,7 @@ class ClassFacts(NamedTuple):
     fit: bool  # a free slice fits it now
     product: str
     nodes: frozenset[str] | None = None  # the nodes its pod may use (None: every node): whom it competes with
+    lately: WaitLately | None = None  # its product's recent waits (``packing.wait_history``)
 
 
 class Lens(Protocol):
@@ -83,15 +90,18 @@ class Lens(Protocol):
         strategy, or None when the strategy lets it be (``Admissible`` or ``NoCapacity``)."""
 
 
-def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, int, float | None], Explanation]:
+def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, int, float | None, float | None,
+                                      WaitSummary | None], Explanation]:
     """An ``Explanation(...)`` equivalent that sets the slots directly: the frozen dataclass's
     ``__init__`` goes through ``object.__setattr__`` per field, half of explain's time per claim."""
     assert not hasattr(Explanation, "__post_init__"), "the fast constructor would skip __post_init__"
-    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10 = (Explanation.__dict__[f.name].__set__ for f in fields(Explanation))
+    s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12 = (Explanation.__dict__[f.name].__set__
+                                                             for f in fields(Explanation))
     new = object.__new__
 
     def make(claim: str, namespace: str, product: str, position: int, product_position: int, reason: str,
-             message: str, waited: float, priority: int, estimated_start: float | None) -> Explanation:
+             message: str, waited: float, priority: int, estimated_start: float | None, expected_in: float | None,
+             wait_lately: WaitSummary | None) -> Explanation:
         e: Explanation = new(Explanation)
         s0(e, claim)
         s1(e, namespace)
@@ -104,6 +114,8 @@ def _explanation_maker() -> Callable[[str, str, str, int, int, str, str, float, 
         s8(e, priority)
         s9(e, estimated_start)
         s10(e, None)  # group members are explained by the queue, from their group's entry
+        s11(e, expected_in)
+        s12(e, wait_lately)
         return e
 
     return make
@@ -142,7 +154,7 @@ def explain_in_order(
         f = of_class.get(cid)
         if f is None:
             f = of_class[cid] = facts(w)
-        reason, message, fit, product, nodes = f
+        reason, message, fit, product, nodes, lately = f
         if nodes is None and not limited:
             position = ahead
             count = per_product[product] = per_product.get(product, 0) + 1
@@ -164,8 +176,14 @@ def explain_in_order(
             if seen is not None:
                 reason, message, est = seen
         waited = now - w.arrived_at
-        append(make(w.claim, w.namespace, product, position, count, reason, message,
-                    waited if waited > 0.0 else 0.0, w.priority, est))
+        if waited < 0.0:
+            waited = 0.0
+        if lately is None:
+            append(make(w.claim, w.namespace, product, position, count, reason, message, waited, w.priority, est,
+                        None, None))
+        else:
+            append(make(w.claim, w.namespace, product, position, count, reason, message, waited, w.priority, est,
+                        lately.remaining(waited), lately.summary))
     return out
 
 
@@ -287,3 +305,64 @@ def drain_blocked_message(head: WaitingClaim, where: str, now: float, est: float
     return (f"fits only on {where}, held for the head of the line, {head.namespace}/{head.claim} "
             f"({head.product}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} limit); a claim "
             f"may start there only with a declared time limit ending before it is freed ({when})")
+
+
+def front_message(w: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+    """What worst-first's front (the one claim capacity is held for) is told, after its capacity message."""
+    when = "unknown: the claims there declare no time limit" if est is None else f"by {span(est - now)} from now"
+    return (f"the longest-waiting claim (waited {span(now - w.arrived_at)}): holding {where} for it (nothing "
+            f"else starts there unless it ends first; freed, by declared ends, {when})")
+
+
+def steered_message(w: WaitingClaim, where: str, now: float) -> str:
+    """What a worst-first head other than the front is told: nothing is held, new work is steered off."""
+    return (f"one of the longest-waiting claims (waited {span(now - w.arrived_at)}): new work is kept off "
+            f"{where} while it fits elsewhere, so it frees for this claim; held for it once the claims ahead of it "
+            "have started")
+
+
+def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+    """What a claim that fits only on the GPUs held for worst-first's front ``head`` is told."""
+    when = "unknown (the claims there declare no time limit)" if est is None else f"by {span(est - now)} from now"
+    return (f"fits only on {where}, held for the longest-waiting claim, {head.namespace}/{head.claim} "
+            f"({head.product}, waited {span(now - head.arrived_at)}); a claim may start there only with a "
+            f"declared time limit ending before it is freed ({when})")
+
+
+def untargeted_message(targets: int, clock: float | None) -> str:
+    """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
+    products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
+    ``targets`` is how many longer-waiting claims have targets."""
+    if clock is not None:
+        return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
+                f"{span(clock)}, longer than every other product's recent p99 wait")
+    ahead = f"{targets} longer-waiting claims have them" if targets else "none is free for it"
+    return f"claims that need less start first where they fit; drain targets go to the longest-waiting claims ({ahead})"
+
+
+def expected_text(e: Explanation) -> str:
+    """What a waiting claim is told of its product's recent waits (empty when too few were admitted to say):
+    ``expected start in about 5 min; v100-50 lately: median 2 min, p90 10 min``. Durations are rounded to
+    ``about``'s steps, so the text (a pod condition) changes only when an estimate moves a step."""
+    lately = e.wait_lately
+    if lately is None:
+        return ""
+    said = f"{lately.kind} lately: median {about(lately.median)}, p90 {about(lately.p90)}"
+    if e.expected_in is None:
+        return f"{EXPECTED_LONGER} {lately.kind} claim; {said}"
+    return f"{EXPECTED_IN} {about(e.expected_in)}; {said}"
+
+
+_STEPS = ((60, "1 min"), (120, "2 min"), (300, "5 min"), (600, "10 min"), (900, "15 min"), (1200, "20 min"),
+          (1800, "30 min"), (2700, "45 min"), (3600, "1 h"), (5400, "1.5 h"), (7200, "2 h"), (10800, "3 h"),
+          (14400, "4 h"), (21600, "6 h"), (28800, "8 h"), (43200, "12 h"), (86400, "1 d"), (172800, "2 d"))
+
+
+def about(seconds: float) -> str:
+    """A rough duration: the nearest of a few steps on a log scale (under a minute, 1, 2, 5, 10, 15, 20, 30,
+    45 min, 1, 1.5, 2, 3, 4, 6, 8, 12 h, 1, 2 d); what an estimate can honestly say."""
+    if seconds < 30:
+        return "under a minute"
+    if seconds > 1.5 * _STEPS[-1][0]:
+        return f"more than {_STEPS[-1][1]}"
+    return min(_STEPS, key=lambda step: abs(math.log(seconds / step[0])))[1]

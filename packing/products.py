@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import fnmatch
+import functools
 import os
 import tomllib
 from collections.abc import Mapping
@@ -38,6 +39,12 @@ def model_accepts(pattern: str | None, label: str) -> bool:
     either of two fnmatch patterns (a pod that runs on several models: ``V100M16|V100M32``)."""
     if pattern is None:
         return True
+    return _pattern_accepts(pattern, label)
+
+
+@functools.lru_cache(maxsize=4096)
+def _pattern_accepts(pattern: str, label: str) -> bool:
+    """``model_accepts`` for a pattern, memoised: few patterns and labels, asked per GPU in every scan."""
     return any(fnmatch.fnmatchcase(label, p) for p in pattern.split("|"))
 
 

@@ -41,6 +41,7 @@ from packing.claims import (
     DEFAULT_DRAIN_TARGETS,
     DRAIN_SOONEST,
     STRICT_FIFO,
+    WORST_FIRST,
     Admission,
     MemberOf,
     QueueError,
@@ -76,14 +77,15 @@ from packing.ledger import Allocation, Ledger, Node
 from packing.policies import BEST_FIT, Policy
 from packing.products import Request
 from packing.running_book import RunningBook, RunningClaim
+from packing.wait_history import WaitLately, kind_of
 from packing.waiting_order import WaitingOrder
 
 __all__ = [  # the queue's public names, wherever they are defined (the extender and simulator import them here)
     "ADMISSIBLE", "ADMISSION_POLICIES", "AGING_GUARD", "BEST_EFFORT_FIFO", "BLOCKED_BY_HEAD_OF_LINE",
     "DEFAULT_ADMISSION", "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "DRAIN_SOONEST", "INVALID_GROUP",
     "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE", "WAITING_FOR_MEMBERS",
-    "WAITING_FOR_RESERVATION", "Admission", "ClaimQueue", "Explanation", "GroupStatus", "MemberOf", "QueueError",
-    "UnknownClaimError", "WaitingClaim",
+    "WAITING_FOR_RESERVATION", "WORST_FIRST", "Admission", "ClaimQueue", "Explanation", "GroupStatus", "MemberOf",
+    "QueueError", "UnknownClaimError", "WaitingClaim",
 ]
 
 
@@ -389,10 +391,16 @@ class ClaimQueue:
             held.update(node for node, _ in front.placements)
         estimates: dict[str, float | None] = {}
         group_fits: FitMemo = {}
+        lately: dict[str, WaitLately | None] = {}
 
         def facts(w: WaitingClaim) -> ClassFacts:
             group = self._groups.facts(view, w, frozenset(held), estimates, group_fits)
-            return group if group is not None else self._class_facts(w, fits, wants)
+            if group is not None:
+                return group
+            kind = kind_of(w.request)
+            if kind not in lately:
+                lately[kind] = self._book.waits.lately(kind)
+            return self._class_facts(w, fits, wants)._replace(lately=lately[kind])
 
         lens = GroupLens(self.strategy.lens(view), view, self._groups.front)
         entries = self._groups.own_classes(self._order.ordered_entries(limit))

@@ -20,6 +20,7 @@ from packing.claims import WaitingClaim
 from packing.entitlements import Entitlement, Usage, UsageBook, product_name, shortfall
 from packing.estimate import RuntimeHistory
 from packing.products import Request
+from packing.wait_history import WaitHistory
 
 
 @dataclass(slots=True)
@@ -43,6 +44,7 @@ class RunningBook:
         self._usage = UsageBook()
         self._entitlements: dict[str, Entitlement] = {}
         self.history = RuntimeHistory()  # how long the claims that ended ran, per product
+        self.waits = WaitHistory()  # how long the admitted claims waited, per product (and card count)
 
     def __len__(self) -> int:
         return len(self._running)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from extender.cluster.threads import join, start_daemon
+from packing.explain import expected_text
 from packing.kube.client import STRATEGIC_PATCH, Kube, KubeError
 from packing.kube.events import EventWriter, PodEvent, timestamp
 from packing.queue import WAITING_FOR_MEMBERS, Explanation
@@ -62,8 +63,11 @@ class Notice:
 
 
 def notice_of(e: Explanation) -> Notice:
-    """The notice for one waiting claim's explanation."""
-    message = f"{e.message} ({e.product}: {_ordinal(e.product_position)} of its product in line)"
+    """The notice for one waiting claim's explanation: what it waits for, its place among its product's
+    claims and, once enough claims of its product were admitted, what their waits say about its own."""
+    expected = expected_text(e)
+    tail = f"; {expected}" if expected else ""
+    message = f"{e.message} ({e.product}: {_ordinal(e.product_position)} of its product in line{tail})"
     return Notice(e.reason, message, e.position)
 
 

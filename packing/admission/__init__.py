@@ -17,6 +17,7 @@ from packing.admission.best_effort_fifo import BestEffortFifo
 from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
 from packing.admission.strict_fifo import StrictFifo
 from packing.admission.view import AdmissionView, Strategy
+from packing.admission.worst_first import WorstFirst
 from packing.claims import (
     ADMISSION_POLICIES,
     AGING_GUARD,
@@ -24,17 +25,19 @@ from packing.claims import (
     DEFAULT_DRAIN_TARGETS,
     DRAIN_SOONEST,
     STRICT_FIFO,
+    WORST_FIRST,
     QueueError,
 )
 
 __all__ = ["AdmissionView", "AgingGuard", "BestEffortFifo", "DrainSoonest", "Strategy", "StrictFifo",
-           "make_strategy"]
+           "WorstFirst", "make_strategy"]
 
 
 def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon: float | None = None) -> Strategy:
     """A fresh strategy object of that name (QueueError for an unknown name); ``max_drain_targets``
-    caps how many claims hold drain targets at once, ``drain_horizon`` is drain-soonest's horizon
-    in seconds (None: the strategy's default)."""
+    caps the drain targets (claims holding one under the aging guard, GPUs they take under
+    drain-soonest and worst-first), ``drain_horizon`` is drain-soonest's and worst-first's horizon in
+    seconds (None: the strategy's default)."""
     if name == BEST_EFFORT_FIFO:
         return BestEffortFifo()
     if name == STRICT_FIFO:
@@ -43,4 +46,6 @@ def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon
         return AgingGuard(max_drain_targets or DEFAULT_DRAIN_TARGETS)
     if name == DRAIN_SOONEST:
         return DrainSoonest(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon)
+    if name == WORST_FIRST:
+        return WorstFirst(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon)
     raise QueueError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")

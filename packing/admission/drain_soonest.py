@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import Protocol
 
 from packing.admission.holds import Holds, is_hold
 from packing.admission.view import AdmissionView
@@ -45,6 +46,7 @@ from packing.claims import DRAIN_SOONEST, Admission, WaitingClaim
 from packing.drain import GpuTarget, claims_by_gpu, gpu_target, pick_gpu_target
 from packing.explain import (
     BLOCKED_BY_HEAD_OF_LINE,
+    NO_CAPACITY,
     WAITING_FOR_RESERVATION,
     Lens,
     drain_blocked_message,
@@ -70,6 +72,28 @@ MAX_HEADS = 64  # and at most this many GPUs: a new head's pick scans the GPUs
 StarveKey = tuple[int, float, int]  # (-priority, arrived_at + T, seq)
 
 
+class Holding(Protocol):
+    """Who may hold capacity, and how firmly: drain-soonest's rule (``STRICT``) or another strategy's
+    (``packing.admission.worst_first``) run on this module's pools, targets and holds."""
+
+    strict: bool  # every head's targets are held; False: only the front's shape's, the others steer (below)
+
+    def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
+        """May this starving claim, which fits nowhere off the targets, hold a target now?"""
+
+
+class _Strict:
+    """drain-soonest's own rule: every starving claim may be a head, and every target is held."""
+
+    strict = True
+
+    def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
+        return True
+
+
+STRICT: Holding = _Strict()
+
+
 @dataclass(frozen=True, slots=True)
 class _Pooled:
     """A drain target in its shape's pool, and when it was picked (the bound counts from then)."""
@@ -89,18 +113,30 @@ class DrainSoonest:
 
     name = DRAIN_SOONEST
 
-    def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON) -> None:
+    def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, holding: Holding = STRICT,
+                 share: int = HEAD_SHARE, words: HeadWords | None = None) -> None:
         self.max_heads = max_heads
         self.horizon = horizon
+        self.holding = holding
+        self.share = share
+        self.words = words or _DRAIN_WORDS
         self._pools: dict[Request, list[_Pooled]] = {}  # per shape: one target per head, kept across steps
         self._heads: dict[str, _Head] = {}  # after the last step: head -> the target shown as its own
+        self._front: Request | None = None  # after the last step: the shape of its first head (held strictly)
 
     def cap(self, ledger: Ledger) -> int:
         """How many GPUs the heads' targets may take at once (the first head's always): ``max_heads``,
-        by default one GPU in HEAD_SHARE, at most MAX_HEADS."""
+        by default one GPU in ``share`` (HEAD_SHARE), at most MAX_HEADS."""
         if self.max_heads is not None:
             return self.max_heads
-        return max(1, min(MAX_HEADS, len(ledger.gpus) // HEAD_SHARE))
+        return max(1, min(MAX_HEADS, len(ledger.gpus) // self.share))
+
+    def front(self) -> str | None:
+        """After the last step: the first head of the step (the oldest of its shape); where targets steer,
+        those of its shape are the ones held. None without heads."""
+        if self._front is None:
+            return None
+        return next((c for c, h in self._heads.items() if h.claim.request == self._front), None)
 
     def targets(self) -> dict[str, str]:
         return {c: h.target.node for c, h in self._heads.items()}
@@ -127,7 +163,7 @@ class DrainSoonest:
             holds.release_all()
 
     def lens(self, view: AdmissionView) -> Lens | None:
-        return _DrainLens(self, view)
+        return _DrainLens(self, view, self.words)
 
 
 class _Step:
@@ -146,6 +182,9 @@ class _Step:
         self._on_at = -1
         self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
         self.guarded: set[Request] = set()  # shapes whose pool is held: from their first head on
+        self.front: Request | None = None  # the shape of the step's first head: its pool is held strictly
+        self._sat: dict[Request, bool] = {}
+        self.strict = strategy.holding.strict
 
     def run(self) -> list[Admission]:
         self._starving_pass()
@@ -155,6 +194,7 @@ class _Step:
         self._drop_over_entitlement()
         self.s._pools = self.pools
         self.s._heads = self._shown()
+        self.s._front = self.front if self.front is not None and self.heads.get(self.front) else None
         return self.out
 
     # ---- the pools ---------------------------------------------------------------------------------
@@ -242,7 +282,7 @@ class _Step:
                 continue
             cls = found
             r = cls.shape
-            if not v.satisfiable(r) or v.over_entitlement(cls):
+            if not self._satisfiable(r) or v.over_entitlement(cls):
                 continue  # the whole class: it never fits, or usage only grows within a step
             w = v.claim_at(cls.keys[i])
             if r not in self.failed:
@@ -251,9 +291,14 @@ class _Step:
                     self.out.append(v.admit(w.claim, choice))
                     self._offer(heap, cls, i, push=True)
                     continue
+                if self._steered(w):
+                    self._offer(heap, cls, i, push=True)
+                    continue
                 self.failed.add(r)
             if r.gpu_less or (self.held_gpus > 0 and self.held_gpus + r.count > cap):
                 continue  # the first head always holds its target; the others only within the cap
+            if not self.s.holding.may_head(v, w):
+                continue  # not yet (its shape's later claims waited less)
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
                 for p in self.pools.get(r, ()):
@@ -266,8 +311,17 @@ class _Step:
             if len(self.pools.get(r, ())) <= len(heads) and not self._pick_for(r):
                 continue  # every GPU that could hold it is held for a head ahead of it
             heads.append(w)
+            if self.front is None:
+                self.front = r
             self.held_gpus += r.count
             self._offer(heap, cls, i + 1, push=True)
+
+    def _satisfiable(self, r: Request) -> bool:
+        """``view.satisfiable``, once per shape and step (every class of a shape asks)."""
+        known = self._sat.get(r)
+        if known is None:
+            known = self._sat[r] = self.view.satisfiable(r)
+        return known
 
     def _offer(self, heap: list[tuple[StarveKey, int, int]], cls: ClaimClass, i: int, push: bool = False) -> None:
         """Offer the ``i``-th claim of ``cls`` if it starves (the later ones starve later)."""
@@ -334,6 +388,29 @@ class _Step:
         self.pools.setdefault(r, []).append(_Pooled(target, v.now))
         return True
 
+    def _steered(self, w: WaitingClaim) -> bool:
+        """Where targets steer rather than hold (``Holding.strict`` False): start ``w``, which fits on no
+        GPU off the held targets, on a target of another shape than the front's if one takes it. Cost: one
+        lift and hold of those targets' GPUs and one placement."""
+        if self.strict:
+            return False
+        front = {u for p in self.pools.get(self.front, ()) for u in p.target.gpus} if self.front is not None else set()
+        soft = [u for pool in self.pools.values() for p in pool for u in p.target.gpus
+                if u in self.holds and u not in front]
+        if not soft:
+            return False
+        for u in soft:
+            self.holds.lift(u)
+        try:
+            choice = self.view.choose(w.request)
+            if choice is None:
+                return False
+            self.out.append(self.view.admit(w.claim, choice))
+            return True
+        finally:
+            for u in soft:
+                self.holds.hold(u)
+
     # ---- 3: everyone else -------------------------------------------------------------------------
 
     def _best_effort_pass(self) -> None:
@@ -342,13 +419,16 @@ class _Step:
         while (item := walk.pop()) is not None:
             key, shape, cls = item
             r = shape.request
-            if r in self.failed or not v.satisfiable(r):
+            if r in self.failed or not self._satisfiable(r):
                 continue
             if v.over_entitlement(cls):
                 walk.advance(shape, key)
                 continue
             choice = v.choose(r)
             if choice is None:
+                if self._steered(v.claim_at(key)):
+                    walk.advance(shape, key)
+                    continue
                 self.failed.add(r)
                 continue
             self.out.append(v.admit(v.claim_at(key).claim, choice))
@@ -414,10 +494,14 @@ class _Step:
 
 
 class _DrainLens:
-    """Explain under drain-soonest, from the heads and targets of the last step."""
+    """Explain under drain-soonest, from the heads and targets of the last step. Where targets steer
+    (``Holding.strict`` False) only those of the front's shape are held: a head of another shape is told
+    its GPUs are steered for it, and a claim that fits only on those starts there (it is not blocked)."""
 
-    def __init__(self, strategy: DrainSoonest, view: AdmissionView) -> None:
+    def __init__(self, strategy: DrainSoonest, view: AdmissionView,
+                 words: HeadWords | None = None) -> None:
         self.view = view
+        self.words = words or _DRAIN_WORDS
         ledger = view.ledger
         heads = {c: h for c, h in strategy._heads.items() if c in view.order and h.target.node in ledger.nodes
                  and all(u in ledger.gpus for u in h.target.gpus)}
@@ -425,7 +509,9 @@ class _DrainLens:
         self.heads = {c: _Head(h.claim, gpu_target(ledger, h.claim.request, h.target.node, h.target.gpus, on,
                                                    view.book.runs, view.book.history, view.now, strategy.horizon))
                       for c, h in heads.items()}
-        self.held = {u for h in self.heads.values() for u in h.target.gpus}
+        strict = strategy.holding.strict
+        self.held_by = {c: h for c, h in self.heads.items() if strict or h.claim.request == strategy._front}
+        self.held = {u for h in self.held_by.values() for u in h.target.gpus}
         self._outside: dict[Request, bool] = {}
 
     def where(self, t: GpuTarget) -> str:
@@ -438,18 +524,21 @@ class _DrainLens:
         head = self.heads.get(w.claim)
         if head is not None:
             t = head.target
+            if w.claim not in self.held_by:  # it steers: nothing is reserved for it
+                if fit:
+                    return None  # the next step starts it, on its target or elsewhere
+                return NO_CAPACITY, f"{message}; {self.words.steered(w, self.where(t), v.now)}", None
             need = message if not fit else "fits only on GPUs held for claims ahead of it"
-            text = drain_message(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
+            text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
             return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
         if not fit or not self.held or self._fits_outside(w.request):
             return None
-        on = [h for h in self.heads.values() if self._fits_on(w.request, h.target)]
+        on = [h for h in self.held_by.values() if self._fits_on(w.request, h.target)]
         if w.request.count == 1 and any(v.ends_by(w, h.target.drains_by) for h in on):
             return None  # it may start there (backfill): it ends before the target frees
-        first = on[0] if on else next(iter(self.heads.values()))
+        first = on[0] if on else next(iter(self.held_by.values()))
         t = first.target
-        text = drain_blocked_message(first.claim, self.where(t), v.now, t.drains_by,
-                                     v.limit_of(first.claim))
+        text = self.words.blocked(first.claim, self.where(t), v.now, t.drains_by, v.limit_of(first.claim))
         return BLOCKED_BY_HEAD_OF_LINE, text, None
 
     def _fits_outside(self, r: Request) -> bool:
@@ -469,3 +558,28 @@ class _DrainLens:
             return False
         fitting = {g.uuid for g in ledger.fitting_gpus(node, r)}
         return sum(1 for u in t.gpus if u in fitting) >= r.count
+
+
+class HeadWords(Protocol):
+    """What explain tells a head, a steered head and a claim a head blocks (a strategy's own words)."""
+
+    def held(self, w: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+        """A head whose GPUs are held for it."""
+
+    def steered(self, w: WaitingClaim, where: str, now: float) -> str:
+        """A head whose GPUs new work is steered off (nothing held)."""
+
+    def blocked(self, head: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
+        """A claim that fits only on GPUs held for ``head``."""
+
+
+class _DrainWords:
+    held = staticmethod(drain_message)
+    blocked = staticmethod(drain_blocked_message)
+
+    @staticmethod
+    def steered(w: WaitingClaim, where: str, now: float) -> str:
+        return f"new work is kept off {where} while it fits elsewhere, so it frees for this claim"
+
+
+_DRAIN_WORDS: HeadWords = _DrainWords()

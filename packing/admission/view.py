@@ -19,6 +19,7 @@ from packing.ledger import Allocation, Ledger
 from packing.policies import Choice, Policy
 from packing.products import Request
 from packing.running_book import RunningBook, RunningClaim
+from packing.wait_history import kind_of
 from packing.waiting_order import ClaimClass, Key, WaitingOrder, Walk
 
 
@@ -83,7 +84,9 @@ class AdmissionView:
         self.order.remove(name)
         ends = self.now + self.slack + waiting.time_limit if waiting.time_limit is not None else None
         self.book.add(name, RunningClaim(waiting.namespace, waiting.request, self.now, ends, waiting, key[2]))
-        return Admission(name, alloc, max(0.0, self.now - waiting.arrived_at), waiting.namespace, backfill)
+        waited = max(0.0, self.now - waiting.arrived_at)
+        self.book.waits.add(kind_of(waiting.request), waited)
+        return Admission(name, alloc, waited, waiting.namespace, backfill)
 
 
 def choose_allowed(policy: Policy, ledger: Ledger, request: Request,

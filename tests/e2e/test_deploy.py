@@ -391,7 +391,7 @@ def test_gpuslice_queue_lists_the_waiting_pods_in_line_order(gs: h.Gpuslice, ns:
         listed = run_cli(admin, "queue", "-n", ns)
         assert listed.returncode == 0, listed.stderr
         header, *rows = listed.stdout.splitlines()
-        assert header.split() == ["NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "MESSAGE"]
+        assert header.split() == ["NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "EXPECTED", "MESSAGE"]
         assert [r.split()[:4] for r in rows] == [
             ["quarter", "1", "v100-25", conditions["quarter"]["reason"]],
             ["second", "2", "v100-100", conditions["second"]["reason"]]], listed.stdout

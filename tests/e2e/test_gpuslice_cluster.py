@@ -162,7 +162,8 @@ def test_pending_is_explained_and_freed_slice_goes_to_head(
     for i, name in enumerate(waiting):
         pod, cond = seen[name]["pod"], seen[name]["condition"]
         assert h.is_gated(pod), f"{name} should wait SchedulingGated, not hammer kube-scheduler"
-        # drain-soonest: a quarter's aging clock starts at once, so the head holds the GPU likeliest to free
+        # worst-first: the longest-waiting claim that fits nowhere is the front: the GPU likeliest to free is
+        # held for it
         assert cond["reason"] == ("WaitingForReservation" if i == 0 else "NoCapacity"), cond
         assert f"position {i + 1} in the gpuslice queue" in cond["message"]
         assert "250-milli slice" in cond["message"] and "v100-25" in cond["message"]
@@ -302,7 +303,7 @@ def test_sigkill_in_burst_then_ledger_equals_api(gs: h.Gpuslice, kube: Kube, nod
     # the ledger equals a recount from the API
     assert h.ledger_view(state) == h.recount(bound)
     # every waiting pod is explained, and none of them would fit now (the queue admits all that fit) but
-    # on capacity held for an older pod past its age limit (drain-soonest holds the GPUs likeliest to free)
+    # on capacity held for an older pod (worst-first holds the GPUs likeliest to free for the front of the line)
     free = state["free_slices"]
     for pod in waiting:
         cond = h.queued(pod)
@@ -325,7 +326,7 @@ def test_pod_deleted_while_down_is_freed_after_restart(
     holder = h.wait_bound(kube, ns, "holder")
     h.create_pod(kube, ns, h.slice_pod("next", "v100-100"))
     h.poll(lambda: (h.queued(kube.get_pod(ns, "next") or {}) or {}).get("reason") == "WaitingForReservation", 20,
-           "the second pod to wait, holding the card (a whole card's aging clock starts at once)")
+           "the second pod to wait, holding the card (the longest-waiting claim is held for at once)")
     ext = gs.extender
     ext.kill()
     h.delete_now(kube, ns, "holder")
@@ -452,7 +453,7 @@ def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ah
     h.poll(lambda: {a, b} <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
 
     def on_pool(name: str, pool: str | None) -> dict[str, Any]:
-        pod = h.slice_pod(name, "v100-50")  # halves age after 4 h: a waiting one is NoCapacity, not a head
+        pod = h.slice_pod(name, "v100-50")
         if pool is not None:
             pod["spec"]["nodeSelector"] = {pool_key: pool}
         return pod
@@ -462,15 +463,17 @@ def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ah
         assert h.node_of(h.wait_bound(kube, ns, name, timeout=30)) == a
     h.create_pod(kube, ns, on_pool("pinned", "a"))
 
-    def waits_no_capacity() -> dict[str, Any] | None:
+    def waits_held_for() -> dict[str, Any] | None:
+        """worst-first: the pinned pod, the longest-waiting claim that fits nowhere, holds its pool's GPU."""
         pod = kube.get_pod(ns, "pinned")
         assert pod is not None and not h.node_of(pod), "the pinned pod was bound though its pool is full"
         cond = h.queued(pod)
-        return cond if cond is not None and cond["status"] == "True" and cond["reason"] == "NoCapacity" else None
+        held = cond is not None and cond["status"] == "True" and cond["reason"] == "WaitingForReservation"
+        return cond if held else None
 
-    cond = h.poll(waits_no_capacity, 30, "the pinned pod to wait with reason NoCapacity")
+    cond = h.poll(waits_held_for, 30, "the pinned pod to wait with reason WaitingForReservation")
     assert "position 1 in the gpuslice queue" in cond["message"], cond
-    assert f"node selector {pool_key}=a" in cond["message"], cond
+    assert f"node selector {pool_key}=a" in cond["message"] and f"of node {a} for it" in cond["message"], cond
     time.sleep(1.05)  # creation timestamps have second resolution: the unpinned pod is behind it in line
     started = time.monotonic()
     h.create_pod(kube, ns, on_pool("unpinned", None))
@@ -482,11 +485,11 @@ def test_a_pod_pinned_to_a_full_pool_waits_and_an_unpinned_one_behind_it_goes_ah
     pinned = kube.get_pod(ns, "pinned")
     assert pinned is not None and not h.node_of(pinned) and h.is_gated(pinned)
     cond = h.queued(pinned)
-    assert cond is not None and cond["reason"] == "NoCapacity", cond
+    assert cond is not None and cond["reason"] == "WaitingForReservation", cond
     # a slice frees on its pool: the pinned pod goes there, not to b (which still has room)
     h.delete_now(kube, ns, "fill-0")
     assert h.node_of(h.wait_bound(kube, ns, "pinned", timeout=30)) == a
-    note("pinned_pool", {"unpinned_bound_behind_pinned_s": round(took, 3), "pinned_reason": "NoCapacity"})
+    note("pinned_pool", {"unpinned_bound_behind_pinned_s": round(took, 3), "pinned_reason": "WaitingForReservation"})
 
 
 def test_a_cordoned_node_takes_no_new_reservation_until_it_is_uncordoned(

@@ -1,4 +1,5 @@
-"""The drain-soonest wait bound, checked against the simulation engine (hypothesis).
+"""The wait bounds of drain-soonest and worst-first (the default), checked against the simulation engine
+(hypothesis).
 
 The bound (``packing/QUEUE.md``, *The drain-soonest bound*): in one priority level, on a fixed
 cluster, without entitlements or reservations, when every claim declares an enforced time limit of
@@ -6,10 +7,15 @@ at most L, a claim c that starts starving at s_c = arrival + T(product) starts b
 s_c + (A_c + 1) * L, where A_c counts the claims ahead of c in starving order (s, then arrival)
 that still wait at s_c.
 
+The worst-first bound (``packing/QUEUE.md``, *The worst-first bound*), every product alike: a claim c
+starts by arrival_c + D_c + (A_c + 1) * L, where D_c is 0 when no claim of several cards (c included)
+arrived by arrival_c and waits then, else ``MAX_CLOCK``, and A_c counts the claims ahead of c in queue
+order still waiting at arrival_c + D_c.
+
 Random clusters and workloads run through ``simulations.engine.simulate`` -- the discrete-event
 engine that drives ``ClaimQueue`` exactly as the extender does -- and every job's start is held to
 the bound computed from the outcome alone. A stream of quarter slices shows the check can fail:
-best effort breaks the bound there, drain-soonest keeps it.
+best effort breaks the bound there, drain-soonest and worst-first keep it.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from packing.admission.worst_first import MAX_CLOCK
 from packing.products import load_catalog
-from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST
+from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST, WORST_FIRST
 from simulations.cluster import build_ledger, card_model_for
 from simulations.engine import NEVER, EngineConfig, Simulation, simulate
 from simulations.traces import Job, NodeSpec
@@ -29,13 +36,14 @@ CARD = card_model_for(CATALOG, "slices")
 PRODUCTS = ("v100-25", "v100-50", "v100-100")
 
 
-def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float], cap: int | None,
+def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float] | None, cap: int | None,
         seed: int = 0) -> Simulation:
+    """``jobs`` through the engine; ``limits`` None leaves the strategy its own aging clocks."""
     specs = [NodeSpec(f"n{i}", 64000, 262144, n, "Tesla-V100-SXM2-32GB") for i, n in enumerate(nodes)]
     ledger = build_ledger(specs, CARD, seed=seed, track_host=False)
     requests = [job_request(j, CATALOG, "slices") for j in jobs]
-    config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple(limits.items()),
-                          age_limit_s=3600.0, max_drain_targets=cap)
+    config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple((limits or {}).items()),
+                          age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap)
     return simulate(ledger, jobs, requests, config, seed)
 
 
@@ -53,6 +61,24 @@ def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> li
         if start > bound + 1e-6:
             out.append(f"{jobs[i].name} ({jobs[i].product} x{jobs[i].count}) starved at {s_c:.0f}, "
                        f"{ahead} ahead, L {L:.0f}: started {start:.0f} > bound {bound:.0f}")
+    return out
+
+
+def worst_first_violations(sim: Simulation, jobs: list[Job]) -> list[str]:
+    """Jobs that started later than the worst-first bound allows (one priority level, arrival order)."""
+    L = max(j.duration or 0.0 for j in jobs)
+    out = []
+    for i, j in enumerate(jobs):
+        if sim.start[i] <= j.arrival:
+            continue
+        multi = any(d.count > 1 and d.arrival <= j.arrival and sim.start[k] > j.arrival
+                    for k, d in enumerate(jobs[:i + 1]))
+        at = j.arrival + (MAX_CLOCK if multi else 0.0)
+        ahead = sum(1 for k in range(i) if sim.start[k] > at)
+        bound = at + (ahead + 1) * L
+        if sim.start[i] > bound + 1e-6:
+            out.append(f"{j.name} ({j.product} x{j.count}) arrived {j.arrival:.0f}, {ahead} ahead, L {L:.0f}: "
+                       f"started {sim.start[i]:.0f} > bound {bound:.0f}")
     return out
 
 
@@ -76,6 +102,20 @@ def test_every_claim_starts_within_the_drain_soonest_bound(
     assert violations(sim, jobs, limits) == []
 
 
+@settings(max_examples=80, deadline=None)
+@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(job, min_size=1, max_size=40),
+       cap=st.one_of(st.none(), st.integers(1, 4)), seed=st.integers(0, 3), multi=st.booleans())
+def test_every_claim_starts_within_the_worst_first_bound(
+        nodes: list[int], raw: list[tuple[float, float, str, int]], cap: int | None, seed: int, multi: bool) -> None:
+    biggest = max(nodes)
+    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
+                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    sim = run(nodes, jobs, WORST_FIRST, None, cap, seed)
+    assert sim.still_waiting == 0
+    assert all(s != NEVER for s in sim.start)
+    assert worst_first_violations(sim, jobs) == []
+
+
 def quarter_stream(cards: int) -> list[Job]:
     """Quarters that keep every card busy (each runs 400 s, one arrives every 100 s per card, so a
     departing quarter's slot goes to the next at once), and a whole card arriving among them."""
@@ -86,7 +126,7 @@ def quarter_stream(cards: int) -> list[Job]:
 
 @settings(max_examples=6, deadline=None)
 @given(cards=st.integers(1, 3))
-def test_best_effort_breaks_the_bound_that_drain_soonest_keeps(cards: int) -> None:
+def test_best_effort_breaks_the_bound_that_drain_soonest_and_worst_first_keep(cards: int) -> None:
     limits = {"v100-100": 0.0, "v100-25": 0.0}
     jobs = quarter_stream(cards)
     best_effort = run([cards], jobs, BEST_EFFORT_FIFO, limits, None)
@@ -95,3 +135,7 @@ def test_best_effort_breaks_the_bound_that_drain_soonest_keeps(cards: int) -> No
     assert violations(drain, jobs, limits) == []
     whole = next(i for i, j in enumerate(jobs) if j.name == "whole")
     assert drain.start[whole] <= 455.0 + 400.0
+    assert any(v.startswith("whole ") for v in worst_first_violations(best_effort, jobs))
+    worst = run([cards], jobs, WORST_FIRST, None, None)
+    assert worst_first_violations(worst, jobs) == []
+    assert worst.start[whole] <= 455.0 + 400.0

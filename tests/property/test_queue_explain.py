@@ -14,7 +14,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.admission import AgingGuard, DrainSoonest
+from packing.admission import AgingGuard, DrainSoonest, WorstFirst
 from packing.drain import claims_by_gpu, gpu_target
 from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
 from packing.explain import (
@@ -22,9 +22,13 @@ from packing.explain import (
     capacity_message,
     drain_blocked_message,
     drain_message,
+    front_blocked_message,
+    front_message,
     guard_message,
     starving_message,
+    steered_message,
     unsatisfiable_message,
+    untargeted_message,
 )
 from packing.ledger import Ledger, Node
 from packing.policies import BEST_FIT, POLICIES
@@ -43,10 +47,12 @@ from packing.queue import (
     UNSATISFIABLE,
     WAITING_FOR_MEMBERS,
     WAITING_FOR_RESERVATION,
+    WORST_FIRST,
     ClaimQueue,
     Explanation,
     WaitingClaim,
 )
+from packing.wait_history import kind_of
 
 V100 = "Tesla-V100-SXM2-32GB"
 CATALOG = load_catalog()
@@ -148,12 +154,19 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     headed: set[Request] = set()
     slack = q.reservation_ttl or 0.0
     guard = q.strategy
-    drain_heads = guard.gpu_targets() if isinstance(guard, DrainSoonest) else {}
+    drain_heads = guard.gpu_targets() if isinstance(guard, (DrainSoonest, WorstFirst)) else {}
     book = q.view(now).book
     drain_heads = {c: gpu_target(q.ledger, q.claim(c).request, t.node, t.gpus, claims_by_gpu(q.ledger), book.runs,
                                  book.history, now, guard.horizon)
-                   for c, t in drain_heads.items() if q.state(c) == "waiting" and isinstance(guard, DrainSoonest)}
-    drain_held = {u for t in drain_heads.values() for u in t.gpus}
+                   for c, t in drain_heads.items()
+                   if q.state(c) == "waiting" and isinstance(guard, (DrainSoonest, WorstFirst))}
+    if isinstance(guard, WorstFirst):  # only the front's targets are held; the others steer
+        front = guard.front()
+        front_kind = q.claim(front).request if front is not None and q.state(front) == "waiting" else None
+        held_heads = {c: t for c, t in drain_heads.items() if q.claim(c).request == front_kind}
+    else:
+        held_heads = drain_heads
+    drain_held = {u for t in held_heads.values() for u in t.gpus}
     for position, w in enumerate(q.in_order(), start=1):
         r, product, limit = w.request, w.product, q.age_limit(w.product)
         quota = shortfall(q.entitlement(w.namespace), w.namespace, r, _Snapshot(q.usage(w.namespace)))
@@ -204,9 +217,37 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                         reason = BLOCKED_BY_HEAD_OF_LINE
                         message = drain_blocked_message(head, gpu_words(q.ledger, t.node, t.gpus), now,
                                                         t.drains_by, q.age_limit(head.product))
+            elif q.admission == WORST_FIRST:
+                assert isinstance(guard, WorstFirst)
+                if w.claim in held_heads:
+                    t = held_heads[w.claim]
+                    need = message if not fit else "fits only on GPUs held for claims ahead of it"
+                    text = front_message(w, gpu_words(q.ledger, t.node, t.gpus), now, t.drains_by, limit)
+                    reason, message, est = WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
+                elif w.claim in drain_heads:
+                    if not fit:
+                        t = drain_heads[w.claim]
+                        message = f"{message}; {steered_message(w, gpu_words(q.ledger, t.node, t.gpus), now)}"
+                elif fit and drain_held and not fits_off(q.ledger, r, drain_held):
+                    on_t = [(c, t) for c, t in held_heads.items() if fits_off(q.ledger, r, set(), t.gpus)]
+                    if r.count > 1 or not any(t.drains_by is not None and w.time_limit is not None
+                                              and now + slack + w.time_limit <= t.drains_by for _, t in on_t):
+                        c, t = on_t[0] if on_t else next(iter(held_heads.items()))
+                        reason = BLOCKED_BY_HEAD_OF_LINE
+                        message = front_blocked_message(q.claim(c), gpu_words(q.ledger, t.node, t.gpus), now,
+                                                        t.drains_by, limit)
+                elif not fit and not r.gpu_less:
+                    clock = None
+                    if r.count > 1:
+                        h = guard.clock.clock(book.waits, kind_of(r), now)
+                        clock = h if now - w.arrived_at < h else None
+                    message = f"{message}; {untargeted_message(len(guard.gpu_targets()), clock)}"
         per_product[product] = per_product.get(product, 0) + 1
+        waited = max(0.0, now - w.arrived_at)
+        lately = book.waits.lately(kind_of(r))
         out.append(Explanation(w.claim, w.namespace, product, position, per_product[product], reason, message,
-                               max(0.0, now - w.arrived_at), w.priority, est))
+                               waited, w.priority, est, None if lately is None else lately.remaining(waited),
+                               None if lately is None else lately.summary))
     return out
 
 
@@ -238,7 +279,8 @@ def test_the_random_queues_reach_every_reason_and_policy() -> None:
                 if r not in (WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, WAITING_FOR_MEMBERS, INVALID_GROUP)}
     expected |= {(STRICT_FIFO, BLOCKED_BY_HEAD_OF_LINE), (AGING_GUARD, BLOCKED_BY_HEAD_OF_LINE),
                  (AGING_GUARD, WAITING_FOR_RESERVATION), (DRAIN_SOONEST, BLOCKED_BY_HEAD_OF_LINE),
-                 (DRAIN_SOONEST, WAITING_FOR_RESERVATION)}
+                 (DRAIN_SOONEST, WAITING_FOR_RESERVATION), (WORST_FIRST, BLOCKED_BY_HEAD_OF_LINE),
+                 (WORST_FIRST, WAITING_FOR_RESERVATION)}
     assert expected <= seen, f"never reached: {sorted(expected - seen)}"
     assert estimates == {True, False}
 

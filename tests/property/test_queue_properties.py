@@ -18,8 +18,8 @@ waits and who runs; after every admission step it checks, independently of the q
 * every waiting claim is explained once, with one reason and positions 1..n (and 1..k per product).
 
 And an adversarial stream of quarter slices that keeps every card partly busy starves a whole
-card under ``best-effort-fifo`` but not under the default aging guard; with several nodes the
-guard drains one node for it while the stream keeps filling the others.
+card under ``best-effort-fifo`` but not under the aging guard or the default worst-first; with
+several nodes the guard drains one node for it while the stream keeps filling the others.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from packing.admission import DrainSoonest
+from packing.admission import DrainSoonest, WorstFirst
 from packing.admission.holds import is_hold
 from packing.entitlements import Entitlement, product_name
 from packing.ledger import Ledger
@@ -47,10 +47,12 @@ from packing.queue import (
     STRICT_FIFO,
     UNSATISFIABLE,
     WAITING_FOR_RESERVATION,
+    WORST_FIRST,
     Admission,
     ClaimQueue,
     WaitingClaim,
 )
+from packing.wait_history import kind_of
 
 V100 = "Tesla-V100-SXM2-32GB"
 CATALOG = load_catalog()
@@ -214,24 +216,40 @@ class Harness:
             self.running[a.claim] = Running(c.namespace, c.request, self.now, c.time_limit)
             self.admitted.append(a.claim)
             self.starving_admitted += a.claim in starving
-        if self.admission == DRAIN_SOONEST:
+        if self.admission in (DRAIN_SOONEST, WORST_FIRST):
             self.check_drain_heads()
         self.check_explain()
         self.targets = self.queue.drain_targets()
         return admissions
 
     def held_gpus(self) -> set[str]:
+        """The GPUs nothing may start on: every head's under drain-soonest, the front's under worst-first."""
         strategy = self.queue.strategy
+        if isinstance(strategy, WorstFirst):
+            front = strategy.front()
+            return {u for c, t in strategy.gpu_targets().items() if c in self.waiting and front in self.waiting
+                    and self.waiting[c].request == self.waiting[front].request for u in t.gpus}
         if not isinstance(strategy, DrainSoonest):
             return set()
         return {u for c, t in strategy.gpu_targets().items() if c in self.waiting for u in t.gpus}
 
     def check_drain_heads(self) -> None:
-        """drain-soonest: no hold outlives the step; heads starve, hold disjoint GPUs, within the cap."""
+        """drain-soonest and worst-first: no hold outlives the step; heads starve, hold disjoint GPUs, within
+        the cap; under worst-first the front is the first head in queue order, and a head of several cards
+        has waited past its hold clock."""
         assert not [a for a in self.ledger.allocations if is_hold(a)], "a hold outlived its step"
         strategy = self.queue.strategy
-        assert isinstance(strategy, DrainSoonest)
+        assert isinstance(strategy, (DrainSoonest, WorstFirst))
         heads = strategy.gpu_targets()
+        if isinstance(strategy, WorstFirst) and heads:
+            front = strategy.front()
+            assert front is not None and front in heads
+            book = self.queue.view(self.now).book
+            for head in heads:
+                c = self.waiting[head]
+                if c.request.count > 1:
+                    clock = strategy.clock.clock(book.waits, kind_of(c.request), self.now)
+                    assert self.now - c.arrived_at >= clock, f"{head} holds before its hold clock"
         held = sum(len(t.gpus) for t in heads.values())
         assert len(heads) <= 1 or held <= strategy.cap(self.ledger), "the heads' targets exceed the cap"
         seen: set[str] = set()
@@ -340,12 +358,19 @@ class Harness:
             assert positions == list(range(1, len(positions) + 1))
         slices, milli = self.usage()
         targets = self.queue.drain_targets()
-        held = set(targets.values()) if self.admission != DRAIN_SOONEST else set()
+        held = set(targets.values()) if self.admission not in (DRAIN_SOONEST, WORST_FIRST) else set()
         outside = [n for n in self.ledger.nodes if n not in held]
         held_gpus = self.held_gpus()
-        if self.admission in (AGING_GUARD, DRAIN_SOONEST):
+        if self.admission in (AGING_GUARD, DRAIN_SOONEST, WORST_FIRST):
             heads = {e.claim for e in explained if e.reason == WAITING_FOR_RESERVATION}
-            assert heads == set(targets), f"explain names heads {heads}, admit held capacity for {set(targets)}"
+            expected = set(targets)
+            if self.admission == WORST_FIRST:  # only the front's shape is held; the other heads steer
+                strategy = self.queue.strategy
+                assert isinstance(strategy, WorstFirst)
+                front = strategy.front()
+                shape = self.waiting[front].request if front in self.waiting else None
+                expected = {c for c in targets if self.waiting[c].request == shape}
+            assert heads == expected, f"explain names heads {heads}, admit held capacity for {expected}"
         for e in explained:
             c = self.waiting[e.claim]
             assert e.reason in REASONS and e.reason != ADMISSIBLE, f"{e.claim}: {e.reason} after a step"
@@ -358,11 +383,11 @@ class Harness:
             if holdable:
                 assert (e.reason == QUOTA_EXCEEDED) == (not allowed)
             fits_outside = self.policy.choose(self.ledger, c.request, outside) is not None
-            if self.admission == DRAIN_SOONEST:
+            if self.admission in (DRAIN_SOONEST, WORST_FIRST):
                 fits_outside = fits_off_gpus(self.ledger, c.request, held_gpus)
             if e.reason in (NO_CAPACITY, WAITING_FOR_RESERVATION):
                 assert not fits_outside, f"{e.claim} waits for capacity while a slice it fits is free"
-            if e.reason == NO_CAPACITY and self.admission not in (AGING_GUARD, DRAIN_SOONEST):
+            if e.reason == NO_CAPACITY and self.admission not in (AGING_GUARD, DRAIN_SOONEST, WORST_FIRST):
                 assert not fits
             if e.reason == BLOCKED_BY_HEAD_OF_LINE:
                 assert fits and self.admission != BEST_EFFORT_FIFO
@@ -372,10 +397,13 @@ class Harness:
                                if self.policy.choose(self.ledger, c.request, [n]) is not None)
             if e.reason == BLOCKED_BY_HEAD_OF_LINE and self.admission == DRAIN_SOONEST:
                 assert not fits_outside and "held for the head of the line" in e.message
+            if e.reason == BLOCKED_BY_HEAD_OF_LINE and self.admission == WORST_FIRST:
+                assert not fits_outside and "held for the longest-waiting claim" in e.message
             if e.reason == WAITING_FOR_RESERVATION:
-                assert self.admission in (AGING_GUARD, DRAIN_SOONEST) and self.now - c.arrived_at > AGE_LIMIT
-                assert f"of node {targets[e.claim]} for it" in e.message if self.admission == DRAIN_SOONEST \
-                    else f"holding node {targets[e.claim]} for it" in e.message
+                assert self.admission in (AGING_GUARD, DRAIN_SOONEST, WORST_FIRST)
+                assert self.now - c.arrived_at > AGE_LIMIT
+                assert f"holding node {targets[e.claim]} for it" in e.message if self.admission == AGING_GUARD \
+                    else f"of node {targets[e.claim]} for it" in e.message
 
 
 quota = st.one_of(
@@ -399,7 +427,7 @@ event = st.integers(0, 9).flatmap(lambda i: arrive if i < 5 else tick if i < 7 e
 
 
 @settings(max_examples=200, deadline=None)
-@given(admission=st.sampled_from([AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO, DRAIN_SOONEST]),
+@given(admission=st.sampled_from([AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO, DRAIN_SOONEST, WORST_FIRST]),
        policy=st.sampled_from(sorted(POLICIES)),
        quotas=st.dictionaries(st.sampled_from(NAMESPACES), quota, max_size=2),
        events=st.lists(event, min_size=10, max_size=60))
@@ -495,5 +523,6 @@ def test_a_stream_of_quarters_starves_a_whole_card_only_under_best_effort(
     offsets = data.draw(st.permutations(range(4 * cards)))
     horizon = limit + 4 * runtime
     assert quarter_stream(BEST_EFFORT_FIFO, cards, runtime, limit, offsets, declare, horizon) is None
-    started = quarter_stream(AGING_GUARD, cards, runtime, limit, offsets, declare, horizon)
-    assert started is not None and started <= limit + runtime, f"whole card started at {started}"
+    for admission in (AGING_GUARD, WORST_FIRST):
+        started = quarter_stream(admission, cards, runtime, limit, offsets, declare, horizon)
+        assert started is not None and started <= limit + runtime, f"{admission}: whole card started at {started}"

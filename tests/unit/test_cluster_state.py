@@ -98,7 +98,8 @@ def test_gate_admits_in_creation_order_and_explains_the_rest() -> None:
     assert [x.claim for x in admitted] == [asks[0].uid, asks[1].uid]
     assert all(state.ledger.allocations[x.claim].reserved for x in admitted)
     waiting = state.explain(clock.now + 10)
-    assert [(e.claim, e.position, e.reason) for e in waiting] == [(asks[2].uid, 1, "NoCapacity"),
+    # worst-first: the first in line is the front, its card held for it; the second waits behind it
+    assert [(e.claim, e.position, e.reason) for e in waiting] == [(asks[2].uid, 1, "WaitingForReservation"),
                                                                    (asks[3].uid, 2, "NoCapacity")]
     state.ledger.verify()
     state.core.waiting.queue.verify()

@@ -18,7 +18,7 @@ from packing.ledger import Ledger
 from packing.node_fit import NodeConstraints, NodeFacts, Requirement, Taint, Term, Toleration
 from packing.policies import BEST_FIT
 from packing.products import load_catalog
-from packing.queue import NO_CAPACITY
+from packing.queue import WAITING_FOR_RESERVATION
 from tests.unit.test_cluster_sync import V100, gated_pod, setup
 
 CATALOG = load_catalog()
@@ -126,7 +126,8 @@ def test_the_gate_keeps_a_pinned_pod_waiting_for_its_full_pool_and_admits_the_on
     api, state, sync, _ = setup()
     api.nodes["a1"] = pool_node("a1", "a")
     api.nodes["b1"] = pool_node("b1", "b")
-    # halves: under the default drain-soonest they start their aging clock after 4 h, so NoCapacity
+    # under the default worst-first the pinned half, the longest-waiting claim that fits nowhere, is the
+    # front of the line: a GPU of its pool is held for it
     first = [api.pod(pinned_pod(f"first{i}", "v100-50", f"2026-01-01T00:00:0{i}Z", "a")) for i in range(2)]
     pinned = api.pod(pinned_pod("pinned", "v100-50", "2026-01-01T00:00:03Z", "a"))
     free = api.pod(pinned_pod("free", "v100-50", "2026-01-01T00:00:04Z", None))
@@ -137,8 +138,8 @@ def test_the_gate_keeps_a_pinned_pod_waiting_for_its_full_pool_and_admits_the_on
     assert admitted[free["metadata"]["uid"]] == "b1"
     waiting = {e.claim: e for e in state.explain(now)}
     e = waiting[pinned["metadata"]["uid"]]
-    assert e.reason == NO_CAPACITY and e.position == 1
-    assert "it may use 1 of 2 nodes (node selector pool=a)" in e.message
+    assert e.reason == WAITING_FOR_RESERVATION and e.position == 1
+    assert "it may use 1 of 2 nodes (node selector pool=a)" in e.message and "of node a1 for it" in e.message
     state.ledger.verify()
 
 

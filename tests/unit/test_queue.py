@@ -23,6 +23,7 @@ from packing.queue import (
     STRICT_FIFO,
     UNSATISFIABLE,
     WAITING_FOR_RESERVATION,
+    WORST_FIRST,
     ClaimQueue,
     QueueError,
     UnknownClaimError,
@@ -335,8 +336,8 @@ def test_queue_configuration_is_validated(kwargs: dict[str, object], message: st
 
 
 def test_admission_policies_are_listed() -> None:
-    assert ADMISSION_POLICIES[0] == DRAIN_SOONEST == ClaimQueue(Ledger()).admission
-    assert set(ADMISSION_POLICIES) == {DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO}
+    assert ADMISSION_POLICIES[0] == WORST_FIRST == ClaimQueue(Ledger()).admission
+    assert set(ADMISSION_POLICIES) == {WORST_FIRST, DRAIN_SOONEST, AGING_GUARD, BEST_EFFORT_FIFO, STRICT_FIFO}
 
 
 def test_depart_releases_slice_and_usage() -> None:
@@ -435,7 +436,7 @@ def test_explanation_is_json_ready() -> None:
     doc = json.loads(json.dumps(e.as_dict()))
     assert doc == {"claim": "a", "namespace": "team", "product": "v100-50", "position": 1, "product_position": 1,
                    "reason": NO_CAPACITY, "message": e.message, "waited": 30, "priority": 2,
-                   "estimated_start": None, "group": None}
+                   "estimated_start": None, "group": None, "expected_in": None, "wait_lately": None}
 
 
 def test_explain_limit_returns_the_first_claims_with_their_global_positions() -> None:

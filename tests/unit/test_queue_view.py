@@ -13,6 +13,7 @@ from extender.queue_view import Waiting, as_json, human_duration, main, table, w
 from packing.gate import GATE
 from packing.kube.events import timestamp
 from packing.queue import Explanation
+from packing.wait_history import WaitSummary
 
 NOW = 1_790_000_000.0
 
@@ -58,6 +59,25 @@ def test_a_gated_pod_shows_the_writers_position_reason_and_message_without_the_p
     assert notice.text() == f"position 3 in the gpuslice queue: {w.message}"  # the writer's text, read back
 
 
+def test_the_expected_wait_the_writer_adds_is_read_back() -> None:
+    lately = WaitSummary("v100-50", 120.0, 660.0, 500)
+    told = notice_of(Explanation(claim="c", reason="NoCapacity", message="needs a 500-milli slice", position=4,
+                                 product="v100-50", product_position=2, namespace="team-a", waited=60.0,
+                                 expected_in=250.0, wait_lately=lately))
+    assert told.message.endswith("(v100-50: 2nd of its product in line; expected start in about 5 min; "
+                                 "v100-50 lately: median 2 min, p90 10 min)")
+    w = waiting_of(pod("p", notice=told, claim="half-card"), NOW)
+    assert w is not None and w.product == "v100-50" and w.expected == "~5 min"
+    late = notice_of(Explanation(claim="c", reason="NoCapacity", message="m", position=1, product="v100-50",
+                                 product_position=1, namespace="team-a", waited=9000.0, wait_lately=lately))
+    assert "waited longer than every recent v100-50 claim; v100-50 lately" in late.message
+    w = waiting_of(pod("q", notice=late), NOW)
+    assert w is not None and w.expected == "longer"
+    assert "~5 min" in table(waiting_pods([pod("p", notice=told)], NOW), all_namespaces=False)
+    admitted = waiting_of(pod("r", gated=False, notice=told), NOW)
+    assert admitted is not None and admitted.expected == ""  # left the line: no expectation shown
+
+
 def test_a_claims_product_comes_from_the_extenders_message() -> None:
     notice = explained("QuotaExceeded", "namespace team-a is at its entitlement", "v100-50", 1, 1)
     w = waiting_of(pod("p", notice=notice, claim="half-card"), NOW)
@@ -98,12 +118,12 @@ def test_table_is_kubectls_shape() -> None:
                              age_s=4000),
                          pod("x", ns="b", age_s=61)], NOW)
     lines = table(rows, all_namespaces=True).splitlines()
-    assert lines[0].split() == ["NAMESPACE", "NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "MESSAGE"]
-    assert lines[1].split()[:6] == ["team-a", "train-0", "1", "v100-100", "NoCapacity", "66m"]
-    assert lines[2].split()[:6] == ["b", "x", "-", "-", "<none>", "61s"]
+    assert lines[0].split() == ["NAMESPACE", "NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "EXPECTED", "MESSAGE"]
+    assert lines[1].split()[:7] == ["team-a", "train-0", "1", "v100-100", "NoCapacity", "66m", "<none>"]
+    assert lines[2].split()[:7] == ["b", "x", "-", "-", "<none>", "61s", "<none>"]
     assert "not explained yet" in lines[2]
     # columns line up: each header starts where its cells start
-    for header in ("NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "MESSAGE"):
+    for header in ("NAME", "POSITION", "PRODUCT", "REASON", "WAITED", "EXPECTED", "MESSAGE"):
         at = lines[0].index(" " + header) + 1
         assert all(line[at - 1] == " " and line[at] != " " for line in lines[1:]), header
     one_ns = table(rows, all_namespaces=False, headers=False).splitlines()
@@ -115,7 +135,7 @@ def test_json_has_the_same_rows() -> None:
     (item,) = json.loads(as_json(rows))["items"]
     assert item == {"namespace": "team-a", "name": "p", "position": 2, "product": "-", "reason": "NoCapacity",
                     "status": "gated", "waitingSince": ts(42.5), "waitedSeconds": pytest.approx(42.5, abs=1),
-                    "message": "m (v100-25: 1st of its product in line)", "group": None}
+                    "expected": "", "message": "m (v100-25: 1st of its product in line)", "group": None}
     assert json.loads(as_json([])) == {"items": []}
 
 

@@ -1,0 +1,163 @@
+"""``worst-first`` (the default): the claims that have waited longest, whatever their product, are served
+first; capacity is held for the longest-waiting one and those of its request shape, and new work is
+steered off the GPUs draining for the others.
+
+Rule, per step (``packing/QUEUE.md``, *worst-first*, has the measurements behind each part):
+
+1. **Queue order**, every product alike: priority, then arrival (no per-product clock: a claim is in
+   line for a drain target from its arrival, T = 0). A claim that fits on a GPU no target holds
+   starts there, placed as under best effort.
+2. **Targets.** The longest-waiting claims that fit nowhere off the targets each get a drain target,
+   drain-soonest's pick (``packing.drain.pick_gpu_target``: the ``count`` GPUs of one node likeliest
+   to free for it within 30 min), while the targets take at most one GPU in ``HOLD_SHARE`` (4; at most
+   64). A claim of several cards gets one only once it has waited longer than its **hold clock**
+
+       H(k) = min(MAX_CLOCK, max over every other product j of p99_j)
+
+   where p99_j is product j's p99 wait over its last 500 admissions (``packing.wait_history``; 0
+   before any other product has 20): a multi-card target idles whole cards while it drains, a
+   single-GPU target only its free share, so a multi-card claim holds only once it is the worst off.
+3. **The front holds, the rest steer.** The step's first head (the longest-waiting claim that got a
+   target, higher priority first) is the **front**: the targets of its request shape -- one per head of
+   that shape, drain-soonest's pool -- are held: nothing starts there unless its declared limit ends
+   before they free (backfill, as drain-soonest). The targets of every other shape **steer**: new work
+   goes onto them only when it fits nowhere else, so they drain while nothing is idled.
+
+Guarantee (``packing/QUEUE.md``, *The worst-first bound*; checked against the simulation engine by
+``tests/property/test_queue_bounded_wait.py``). In one priority level, on a fixed cluster without
+entitlements or reservations, with a step at every arrival and departure, if every claim declares an
+enforced limit of at most L: a satisfiable claim c needing a GPU starts by
+
+    arrival_c + D_c + (A_c + 1) * L,   D_c = 0 if no claim of several cards waits ahead of it, else MAX_CLOCK,
+
+A_c being the claims ahead of c in queue order still waiting at arrival_c + D_c. Without declared
+limits the same holds with L the longest runtime: no product starves.
+
+Cost: drain-soonest's step (best effort's walk, one pass over the class heads, a GPU scan per new
+target), plus per claim that fits only on steering targets one lift and hold of their GPUs; the
+clock reads a sorted window per product (O(products x log 500)), once per step.
+"""
+
+from __future__ import annotations
+
+from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
+from packing.admission.view import AdmissionView
+from packing.claims import WORST_FIRST, Admission, WaitingClaim
+from packing.drain import GpuTarget
+from packing.explain import (
+    NO_CAPACITY,
+    Lens,
+    front_blocked_message,
+    front_message,
+    steered_message,
+    untargeted_message,
+)
+from packing.ledger import Ledger
+from packing.products import Request
+from packing.wait_history import WaitHistory, kind_of
+
+HOLD_SHARE = 4  # targets take at most one GPU in this many (protocol B: one in two idled the halves' room)
+MAX_CLOCK = 4 * 3600.0  # seconds: a multi-card claim's hold clock never exceeds this (the bound's D)
+TAIL = 0.99  # the other products' tail a multi-card claim must pass: their p99
+
+
+class HoldClock:
+    """When a claim of several cards may hold a target: once it has waited longer than every other
+    product's recent p99 (``TAIL``), at most ``max_clock``. Single-GPU claims may at once."""
+
+    strict = False  # only the targets of the front's shape are held; the others steer
+
+    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK) -> None:
+        self.tail = tail
+        self.max_clock = max_clock
+        self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
+
+    def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
+        if claim.request.count <= 1:
+            return True
+        return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
+
+    def clock(self, waits: WaitHistory, kind: str, now: float) -> float:
+        """H(kind) at ``now``: the longest recent p99 of the other products, at most ``max_clock``."""
+        at, owner, memo = self._memo
+        if at != now or owner != id(waits):
+            memo = {}
+            self._memo = (now, id(waits), memo)
+        if kind not in memo:
+            tails = [t for k in waits.products() if k != kind and (t := waits.quantile(k, self.tail)) is not None]
+            memo[kind] = min(self.max_clock, max(tails, default=0.0))
+        return memo[kind]
+
+
+class WorstFirst:
+    """The strategy object: drain-soonest's pools, targets and holds under the hold clock; the front's shape held."""
+
+    name = WORST_FIRST
+
+    def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
+                 max_clock: float = MAX_CLOCK) -> None:
+        self.clock = HoldClock(tail, max_clock)
+        self.drain = DrainSoonest(max_heads, horizon, self.clock, HOLD_SHARE, _Words())
+
+    @property
+    def horizon(self) -> float:
+        return self.drain.horizon
+
+    def cap(self, ledger: Ledger) -> int:
+        """How many GPUs the targets may take at once (the first head's always)."""
+        return self.drain.cap(ledger)
+
+    def step(self, view: AdmissionView) -> list[Admission]:
+        return self.drain.step(view)
+
+    def lens(self, view: AdmissionView) -> Lens | None:
+        inner = self.drain.lens(view)
+        return _Lens(self, view, inner) if inner is not None else None
+
+    def targets(self) -> dict[str, str]:
+        return self.drain.targets()
+
+    def gpu_targets(self) -> dict[str, GpuTarget]:
+        """After the last step: each claim with a target -> its GPUs (held for the front's shape, steered for
+        the rest)."""
+        return self.drain.gpu_targets()
+
+    def front(self) -> str | None:
+        """After the last step: the longest-waiting claim with a target; the targets of its request shape are
+        held (None without targets)."""
+        return self.drain.front()
+
+    def default_age_limit(self, request: Request) -> float:
+        return 0.0  # every product in line for a target from its arrival: the order is the queue's
+
+
+class _Words:
+    """What explain says under worst-first (``packing.admission.drain_soonest.HeadWords``)."""
+
+    held = staticmethod(front_message)
+    steered = staticmethod(steered_message)
+    blocked = staticmethod(front_blocked_message)
+
+
+class _Lens:
+    """Explain under worst-first: drain-soonest's lens for the claims with targets and those a held target
+    blocks; a claim that fits nowhere and has no target is also told why claims after it may start
+    first and when it gets a target."""
+
+    def __init__(self, strategy: WorstFirst, view: AdmissionView, inner: Lens) -> None:
+        self.strategy = strategy
+        self.view = view
+        self.inner = inner
+        self.targets = len(strategy.gpu_targets())
+
+    def see(self, w: WaitingClaim, fit: bool, message: str) -> tuple[str, str, float | None] | None:
+        said = self.inner.see(w, fit, message)
+        if said is not None or fit or w.request.gpu_less:
+            return said
+        v = self.view
+        r = w.request
+        clock = None
+        if r.count > 1:
+            h = self.strategy.clock.clock(v.book.waits, kind_of(r), v.now)
+            clock = h if v.now - w.arrived_at < h else None
+        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock)}", None

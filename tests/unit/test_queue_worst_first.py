@@ -1,0 +1,175 @@
+"""``worst-first`` (``packing.admission.worst_first``, the default): the longest-waiting claims first,
+whatever their product; the front's targets held, the others steering; a claim of several cards gets a
+target only past its hold clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from packing.admission import WorstFirst
+from packing.admission.holds import is_hold
+from packing.admission.worst_first import MAX_CLOCK, HoldClock
+from packing.ledger import Ledger
+from packing.queue import (
+    BLOCKED_BY_HEAD_OF_LINE,
+    DEFAULT_ADMISSION,
+    NO_CAPACITY,
+    WAITING_FOR_RESERVATION,
+    WORST_FIRST,
+    ClaimQueue,
+)
+from packing.wait_history import WaitHistory
+from tests.unit.queue_helpers import W2, H, Q, W, by_claim, checked, claim, ledger_with, reasons
+
+
+def wf_queue(ledger: Ledger, **kwargs: object) -> ClaimQueue:
+    return ClaimQueue(ledger, admission=WORST_FIRST, **kwargs)  # type: ignore[arg-type]
+
+
+def run(q: ClaimQueue, ledger: Ledger, name: str, request: object, node: str, gpu: int,
+        limit: float | None = None, at: float = 0.0) -> None:
+    """``name`` already holds ``request`` on GPU ``gpu`` of ``node`` since ``at``."""
+    ledger.assign(name, request, node, (f"{node}-gpu{gpu}",))  # type: ignore[arg-type]
+    q.start(name, "filler", request, now=at, time_limit=limit)  # type: ignore[arg-type]
+
+
+def strategy(q: ClaimQueue) -> WorstFirst:
+    assert isinstance(q.strategy, WorstFirst)
+    return q.strategy
+
+
+def gpus_of(q: ClaimQueue) -> dict[str, tuple[str, ...]]:
+    return {c: t.gpus for c, t in strategy(q).gpu_targets().items()}
+
+
+def no_holds_left(ledger: Ledger) -> None:
+    assert not [a for a in ledger.allocations if is_hold(a)], "a hold outlived its step"
+    ledger.verify()
+
+
+def test_it_is_the_default_and_every_product_is_in_line_at_once() -> None:
+    q = ClaimQueue(ledger_with(1))
+    assert DEFAULT_ADMISSION == WORST_FIRST == q.admission
+    for r in (Q, H, W, W2):
+        assert q.age_limit(r.product or "", r) == 0.0
+    assert strategy(q).cap(ledger_with(64)) == 16 and strategy(q).cap(ledger_with(2)) == 1  # one GPU in four
+
+
+def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
+    ledger = ledger_with(2)
+    q = wf_queue(ledger)
+    run(q, ledger, "q-long", Q, "n0", 0, limit=1000.0)
+    run(q, ledger, "h-long", H, "n0", 0, limit=1000.0)
+    run(q, ledger, "w-short", W, "n0", 1, limit=300.0)
+    q.arrive(claim("old-half", H, at=0))  # a half first, then a whole card: neither fits
+    q.arrive(claim("young-whole", W, at=10))
+    assert q.admit(20) == []
+    assert strategy(q).front() == "old-half"  # the half waited longest: it is held for, not the whole card
+    why = by_claim(q, 20)
+    assert why["old-half"].reason == WAITING_FOR_RESERVATION
+    assert "the longest-waiting claim (waited 20 s): holding GPU 1 of node n0 for it" in why["old-half"].message
+    assert why["young-whole"].reason == NO_CAPACITY  # the cap (one GPU of two) leaves it no target
+    assert "drain targets go to the longest-waiting claims (1 longer-waiting claims have them)" in \
+        why["young-whole"].message
+    q.depart("w-short", 300)
+    assert [(a.claim, a.allocation.gpus) for a in q.admit(300)] == [("old-half", ("n0-gpu1",))]
+    no_holds_left(ledger)
+    checked(q)
+
+
+def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4)
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
+            run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)  # a quarter free on each GPU
+    q.arrive(claim("w0", W, at=0))
+    q.arrive(claim("w1", W, at=1))
+    q.arrive(claim("half", H, at=2))
+    assert q.admit(5) == []
+    targets = gpus_of(q)
+    assert set(targets) == {"w0", "w1", "half"} and strategy(q).front() == "w0"
+    on_targets = {u for gpus in targets.values() for u in gpus}
+    why = by_claim(q, 5)
+    # the front's shape (whole cards) is held for, one target per head; the half's target steers
+    assert why["w0"].reason == why["w1"].reason == WAITING_FOR_RESERVATION
+    assert why["half"].reason == NO_CAPACITY and "new work is kept off GPU" in why["half"].message
+    # a quarter fits on every GPU: it goes off the targets
+    q.arrive(claim("quarter", Q, at=6))
+    [a] = q.admit(6)
+    assert a.claim == "quarter" and not set(a.allocation.gpus) & on_targets
+    # with every GPU off the targets full, the next quarter takes the half's target, never a whole card's
+    for u, g in ledger.gpus.items():
+        if u not in on_targets and g.free_milli:
+            ledger.assign(f"fill-{u}", Q, g.node, (u,))
+    q.arrive(claim("late", Q, at=7))
+    [b] = q.admit(7)
+    assert b.claim == "late" and b.allocation.gpus == targets["half"]
+    no_holds_left(ledger)
+
+
+def test_a_claim_that_fits_only_on_the_fronts_gpus_is_blocked_unless_it_ends_first() -> None:
+    ledger = ledger_with(1)
+    q = wf_queue(ledger)
+    run(q, ledger, "half", H, "n0", 0, limit=1000.0)
+    q.arrive(claim("whole", W, at=0))
+    q.arrive(claim("long", Q, at=1, limit=2000.0))
+    q.arrive(claim("short", Q, at=2, limit=500.0))
+    q.arrive(claim("undeclared", Q, at=3))
+    admitted = q.admit(5)
+    assert [(a.claim, a.backfill) for a in admitted] == [("short", True)]
+    why = by_claim(q, 5)
+    assert why["whole"].reason == WAITING_FOR_RESERVATION and why["whole"].estimated_start == 1000.0
+    for name in ("long", "undeclared"):
+        assert why[name].reason == BLOCKED_BY_HEAD_OF_LINE
+        assert "held for the longest-waiting claim, team/whole (v100-100, waited 5 s)" in why[name].message
+    no_holds_left(ledger)
+    checked(q)
+
+
+@pytest.mark.parametrize(("waits", "kind", "expected"), [
+    ({}, "v100-100x2", 0.0),  # nothing seen: no clock
+    ({"v100-25": 60.0, "v100-50": 600.0}, "v100-100x2", 600.0),  # the longest p99 of the others
+    ({"v100-100x2": 5000.0, "v100-50": 600.0}, "v100-100x2", 600.0),  # its own tail does not count
+    ({"v100-50": 10 * 3600.0}, "v100-100x2", MAX_CLOCK),  # at most MAX_CLOCK
+])
+def test_the_hold_clock_is_the_longest_recent_p99_of_the_other_products(
+        waits: dict[str, float], kind: str, expected: float) -> None:
+    h = WaitHistory()
+    for product, tail in waits.items():
+        for i in range(100):
+            h.add(product, tail if i < 2 else 0.0)  # the two longest of 100: the 99th percentile
+    assert HoldClock().clock(h, kind, now=1.0) == pytest.approx(expected)
+
+
+def test_a_multi_card_claim_gets_a_target_only_past_its_hold_clock() -> None:
+    ledger = ledger_with(2)
+    q = wf_queue(ledger)
+    book = q.view(0.0).book
+    for i in range(100):
+        book.waits.add("v100-25", 900.0 if i < 2 else 0.0)  # quarters lately: p99 15 min
+    run(q, ledger, "q", Q, "n0", 0, limit=5000.0)
+    q.arrive(claim("pair", W2, at=0))
+    assert q.admit(600) == [] and gpus_of(q) == {}
+    why = by_claim(q, 600)["pair"]
+    assert why.reason == NO_CAPACITY and "it gets a drain target once it has waited 15 min" in why.message
+    assert q.admit(900) == [] and {c: set(g) for c, g in gpus_of(q).items()} == {"pair": {"n0-gpu0", "n0-gpu1"}}
+    assert by_claim(q, 900)["pair"].reason == WAITING_FOR_RESERVATION
+    no_holds_left(ledger)
+
+
+def test_a_waiting_claim_is_told_what_its_products_recent_waits_say() -> None:
+    ledger = ledger_with(1)
+    q = wf_queue(ledger)
+    for i in range(30):  # 30 halves admitted after waiting 0..29 minutes
+        q.arrive(claim(f"h{i}", H, at=-60.0 * i))
+        [a] = q.admit(0.0)
+        q.depart(a.claim, 0.0)
+    run(q, ledger, "whole", W, "n0", 0)
+    q.arrive(claim("late", H, at=-600.0))
+    assert q.admit(0.0) == []
+    e = by_claim(q, 0.0)["late"]
+    assert e.wait_lately is not None and e.wait_lately.kind == "v100-50" and e.wait_lately.seen == 30
+    assert e.expected_in == pytest.approx(10.0 * 60)  # of those that waited over 10 min (11..29), the median: 20
+    assert reasons(q, 0.0) == {"late": WAITING_FOR_RESERVATION}
