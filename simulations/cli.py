@@ -12,6 +12,7 @@ import argparse
 import math
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -19,7 +20,7 @@ from packing.argtypes import positive_int
 from packing.mix_estimator import catalog_prior
 from packing.products import Catalog, CatalogError, Request, load_catalog
 from packing.usage import CommandParser
-from simulations import command_a, command_cluster, metrics, protocol_a, protocol_b, report
+from simulations import command_a, command_cluster, fairness, metrics, protocol_a, protocol_b, report
 from simulations.cluster import CardModel, ClusterError, card_model, card_nodes, check_models
 from simulations.engine import EngineConfig, EngineError
 from simulations.inputs import Inputs, job_pool, load_inputs
@@ -46,6 +47,7 @@ from simulations.options import (
     protocol_a_options,
     queue_options,
     scheduler_options,
+    settle_loads,
     workload_options,
 )
 from simulations.outputs import OutputError, check_outputs
@@ -59,6 +61,8 @@ from simulations.workload import WorkloadError, job_request, size_class
 __all__ = ["UsageError", "parse_cap", "parse_duration", "parse_rho", "parse_seeds", "plan_main", "simulate_main"]
 
 T = TypeVar("T")
+Runs = dict[tuple[str, str], dict[str, Any]]  # (policy, admission label) -> a run's figures
+Saturated = dict[tuple[str, str], dict[str, float]]  # (policy, admission label) -> its usable capacity
 PLAN_JOBS = 5000  # per seed and card count: the search runs the workload a dozen times
 LOAD_TOLERANCE = 0.10  # an offered load further than this (relative) from --rho missed what was asked
 _ERRORS = (TraceError, CatalogError, ClusterError, EngineError, SchedulerError, SyntheticError, WorkloadError,
@@ -114,6 +118,7 @@ def simulate_main(argv: Sequence[str]) -> int:
     args = ap.parse_args(dash_values(argv))
     if ap.check(args, (*command_cluster.RULES, *SIMULATE_RULES)):  # --from-cluster's words first
         return 2
+    settle_loads(args)
 
     def run() -> int:
         if args.from_cluster:
@@ -128,8 +133,6 @@ def simulate_main(argv: Sequence[str]) -> int:
                        (args.placements, "the placements (--placements)")],
                       [(plots_dir, f"the plots ({named['plots']})")])
         protocol = args.protocol or ("a" if inputs.kind == "openb" else "b")
-        if protocol == "b" and len(inputs.workloads) > 1:
-            raise UsageError("protocol B reads one pod list; several are for protocol A's sweep")
         if protocol == "a":
             return command_a.simulate_a(args, inputs)
         if args.workers is not None or args.scheduler:
@@ -175,11 +178,56 @@ def _prior(inputs: Inputs, catalog: Catalog, rounding: str) -> tuple[Request, ..
 
 
 def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
-    catalog = _catalog(args)
-    rounding = args.rounding or "slices"
-    seeds = args.seeds or protocol_b.DEFAULT_SEEDS
+    """Protocol B on every pod list of ``--pods`` at every load of ``--rho``: one block each, and with
+    ``--compare-admission`` over several of them, the fairness summary across all."""
     if args.saturation is not None and not args.compare_admission:
         raise UsageError("--saturation goes with --compare-admission")
+    workloads = inputs.workloads or [(inputs.description, inputs.pods or [])]
+    several = len(workloads) * len(args.rhos) > 1
+    if several and args.placements:
+        raise UsageError("--placements writes one run's placements: give one pod list and one --rho")
+    catalog = _catalog(args)
+    blocks: list[tuple[str, str, Runs, Saturated]] = []
+    sweep: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    missed = False
+    for name, pods in workloads:
+        args.saturated = None  # measured once per workload (at the first load), reused at the others
+        for rho in args.rhos:
+            one = replace(inputs, description=name, pods=pods if inputs.pods is not None else None)
+            args.rho = rho
+            if several:
+                print(f"\n==== {name}, ρ {_rho_text(args, one)} ====")
+            sub = _sub_out(args, name, rho) if several else None
+            data, results, saturated, off = _simulate_b_one(args, one, catalog, sub)
+            missed = missed or off
+            blocks.append((data["workload"], _rho_text(args, one), results, saturated))
+            sweep.append(data)
+            rows.extend({**({"workload": name, "rho": rho} if several else {}), **r}
+                        for r in report.protocol_b_rows(results))
+    if several and args.compare_admission:
+        print()
+        print(report.fairness_summary_text(blocks, catalog))
+    _print_skipped(inputs)
+    _write_results(args, sweep[0] if not several else {"protocol": "b", "sweep": sweep}, lambda: rows)
+    return 1 if missed and not args.allow_missed_load else 0
+
+
+def _sub_out(args: argparse.Namespace, workload: str, rho: float | None) -> Path | None:
+    """Where one (workload, load) of several puts its plots: a folder per pair under the plots folder."""
+    _, _, plots_dir = output_paths(args)
+    if not plots_dir:
+        return None
+    short = workload.removeprefix("openb_pod_list_").removesuffix(".csv").replace("/", "_").replace(" ", "_")
+    return Path(plots_dir) / f"{short}-rho{'trace' if rho is None else rho}"
+
+
+def _simulate_b_one(args: argparse.Namespace, inputs: Inputs, catalog: Catalog,
+                    plots_dir: Path | None) -> tuple[dict[str, Any], Runs, Saturated, bool]:
+    """One workload at one load (``args.rho``): every (policy, admission) run, printed; returns the JSON
+    data, the per-run figures, the saturation runs and whether the offered load missed the one asked."""
+    rounding = args.rounding or "slices"
+    seeds = args.seeds or protocol_b.DEFAULT_SEEDS
     source, cap, description = job_pool(args, inputs)
     nodes = inputs.nodes if inputs.nodes is not None and not args.cards else None
     cards = None if nodes is not None else (args.cards or protocol_b.DEFAULT_CARDS)
@@ -187,8 +235,11 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     policies = chosen_policies(args)
     admissions = chosen_admissions(args)
     check_admission_products(admissions, catalog)
+    if args.compare_admission and not any(a.label == fairness.REFERENCE for a in admissions):
+        # the reference the fairness goal is judged against
+        admissions = [AdmissionChoice(fairness.REFERENCE, fairness.REFERENCE), *admissions]
     combos = [(p, a) for p in policies for a in admissions]
-    results: dict[tuple[str, str], dict[str, Any]] = {}
+    results: Runs = {}
     sims: dict[str, list[Any]] = {}
     done: dict[tuple[str, str], protocol_b.ProtocolBResult] = {}
     bar = _progress(args, "protocol B")
@@ -197,13 +248,17 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         result = protocol_b.run(source, catalog, config, seeds, nodes=nodes, cards=cards, card=card,
                                 track_host=args.host, progress=_stepper(bar, k, len(combos)))
         results[(policy, admission.label)] = {**result.pooled(), "per_seed_p99":
-                                              {p: v.as_dict() for p, v in result.per_seed(99).items()}}
+                                              {p: v.as_dict() for p, v in result.per_seed(99).items()},
+                                              "per_seed_max_wait_s": [metrics.waits_max(x) for x in result.simulations]}
         results[(policy, admission.label)]["mean_wait_by_arrival_fifth_s"] = \
             metrics.mean_wait_by_arrival(result.simulations)
         done[(policy, admission.label)] = result
         sims[f"{policy}+{admission.label}"] = result.simulations
     bar.close()
-    saturated = _saturation_runs(args, inputs, catalog, combos, rounding, seeds, nodes, cards, card)
+    saturated = getattr(args, "saturated", None)
+    if saturated is None:
+        saturated = args.saturated = _saturation_runs(args, inputs, catalog, combos, rounding, seeds, nodes, cards,
+                                                      card)
     first = next(iter(results.values()))
     some = next(iter(done.values()))
     runtime_cap = cap.as_dict() if cap else None
@@ -221,8 +276,7 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
         print(f"host CPU/RAM asked by {host_ignored} job(s) not tracked: protocol B places by GPU only unless --host")
     if args.compare_admission:
         print()
-        print(report.admission_table_text(results, saturated, header))
-    _print_skipped(inputs)
+        print(report.admission_table_text(results, saturated, header, catalog))
     data = {
         "protocol": "b",
         "workload": description,
@@ -246,24 +300,31 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
              "node": node, "gpus": "|".join(gpus), "start_s": at}
             for key, runs in sims.items() for seed, sim in zip(seeds, runs, strict=True)
             for job, node, gpus, at in sim.placements])
-    d = _write_results(args, data, lambda: report.protocol_b_rows(results))
-    if d is not None:
-        from simulations import plots
+    if plots_dir is None:
+        _, _, plots = output_paths(args)
+        plots_dir = Path(plots) if plots else None
+    if plots_dir is not None:
+        _plots_b(args, inputs, seeds, description, results, sims, plots_dir)
+    return data, results, saturated, bool(missed)
 
-        plots.wait_cdf(sims, d / "wait_cdf.png", f"waits per product: {description}")
-        window = sims[next(iter(sims))][0].window
-        plots.utilisation({k: r["utilisation_over_time_pct"] for k, r in
-                           zip(sims, results.values(), strict=True)}, window[1] - window[0],
-                          d / "utilisation.png", f"utilisation over time: {description}")
-        plots.fragmentation(dict(zip(sims, results.values(), strict=True)), d / "fragmentation.png",
-                            f"fragmentation: {description}")
-        if args.compare_admission:
-            points = report.frontier_points(results)
-            if points:
-                plots.frontier(points, d / "frontier.png",
-                               f"quarter against whole-card p99 wait: {description}, ρ {_rho_text(args, inputs)}, "
-                               f"seeds {_seed_text(seeds)}")
-    return 1 if missed and not args.allow_missed_load else 0
+
+def _plots_b(args: argparse.Namespace, inputs: Inputs, seeds: Sequence[int], description: str,
+             results: Runs, sims: dict[str, list[Any]], d: Path) -> None:
+    from simulations import plots
+
+    plots.wait_cdf(sims, d / "wait_cdf.png", f"waits per product: {description}")
+    window = sims[next(iter(sims))][0].window
+    plots.utilisation({k: r["utilisation_over_time_pct"] for k, r in
+                       zip(sims, results.values(), strict=True)}, window[1] - window[0],
+                      d / "utilisation.png", f"utilisation over time: {description}")
+    plots.fragmentation(dict(zip(sims, results.values(), strict=True)), d / "fragmentation.png",
+                        f"fragmentation: {description}")
+    if args.compare_admission:
+        points = report.frontier_points(results)
+        if points:
+            plots.frontier(points, d / "frontier.png",
+                           f"quarter against whole-card p99 wait: {description}, ρ {_rho_text(args, inputs)}, "
+                           f"seeds {_seed_text(seeds)}")
 
 
 def _missed_load(asked: float | None, reached: float, jobs: int) -> str:
@@ -386,6 +447,7 @@ def plan_main(argv: Sequence[str]) -> int:
     args = ap.parse_args(dash_values(argv))
     if ap.check(args, (*command_cluster.RULES, *PLAN_RULES)):
         return 2
+    settle_loads(args)
     return _guarded(ap, args, lambda: _plan_any(ap, args))
 
 
@@ -412,7 +474,11 @@ def _plan_any(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if len(args.rhos) > 1:
+        raise UsageError(f"plan sizes for one offered load at a time, got --rho {','.join(map(str, args.rhos))}")
     inputs = load_inputs(args)
+    if len(inputs.workloads) > 1:
+        raise UsageError("plan sizes one workload at a time: give one pod list")
     check_outputs([(args.json, "the plan (--json)"), (args.plot, "the plot (--plot)")], [])
     catalog = _catalog(args)
     rounding = args.rounding or "slices"

@@ -9,6 +9,7 @@ drain after the last arrival does not dilute them.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -212,3 +213,11 @@ def mean_wait_by_arrival(sims: Sequence[Simulation], parts: int = 5) -> list[flo
             total[k] += (end if s == NEVER else s) - a
             count[k] += 1
     return [t / c if c else math.nan for t, c in zip(total, count, strict=True)]
+
+
+def product_order(name: str) -> tuple[int, int, str]:
+    """Products by cards then size (``v100-25`` < ``v100-50`` < ``v100-100`` < ``v100-100x2``), others after."""
+    m = re.search(r"(\d+)(?:x(\d+))?$", name)
+    if m is None:
+        return (1 << 30, 0, name)
+    return (int(m.group(2) or 1), int(m.group(1)), name)

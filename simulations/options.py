@@ -14,7 +14,14 @@ from pathlib import Path
 from packing.argtypes import positive_int, readable_file
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.products import Catalog
-from packing.queue import ADMISSION_POLICIES, AGING_GUARD, DEFAULT_ADMISSION, DEFAULT_AGE_LIMIT, DRAIN_SOONEST
+from packing.queue import (
+    ADMISSION_POLICIES,
+    AGING_GUARD,
+    DEFAULT_ADMISSION,
+    DEFAULT_AGE_LIMIT,
+    DRAIN_SOONEST,
+    WORST_FIRST,
+)
 from packing.usage import Applies, Conflict
 from simulations import metrics, protocol_b
 from simulations.cluster import DEFAULT_CARD_LABEL
@@ -105,6 +112,14 @@ def parse_rho(text: str) -> float | None:
     return value
 
 
+def parse_rhos(text: str) -> tuple[float | None, ...]:
+    """``--rho``: one offered load or several, comma-separated (``0.7,0.85,0.95``); each as ``parse_rho``."""
+    parts = [p for p in text.split(",") if p.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError(f"offered load must be a number or 'none', got {text!r}")
+    return tuple(parse_rho(p) for p in parts)
+
+
 def parse_load(text: str) -> float:
     """A positive offered load (``--saturation``: 'none' is no load to saturate at)."""
     value = parse_rho(text)
@@ -173,6 +188,18 @@ def _trace(args: argparse.Namespace) -> bool:
     return bool(args.pods or args.trace or getattr(args, "from_cluster", None))
 
 
+def _loads(args: argparse.Namespace) -> tuple[float | None, ...]:
+    """The loads ``--rho`` gave (several, comma-separated; one before ``settle_loads``)."""
+    rho = args.rho
+    return tuple(rho) if isinstance(rho, tuple) else (rho,)
+
+
+def settle_loads(args: argparse.Namespace) -> None:
+    """After the rules: ``args.rhos`` every load ``--rho`` gave, ``args.rho`` the first (what one run reads)."""
+    args.rhos = _loads(args)
+    args.rho = args.rhos[0]
+
+
 def admission_names(args: argparse.Namespace) -> list[str]:
     """The strategies ``--admission`` names (every one with ``--compare``), without their settings."""
     if getattr(args, "compare", False) or (getattr(args, "compare_admission", False) and args.admission is None):
@@ -180,7 +207,7 @@ def admission_names(args: argparse.Namespace) -> list[str]:
     return [spec.split(":")[0].strip() for spec in split_admissions(args.admission or DEFAULT_ADMISSION)]
 
 
-AGING = (AGING_GUARD, DRAIN_SOONEST)  # the strategies that age claims: an age limit means something to them
+AGING = (AGING_GUARD, DRAIN_SOONEST, WORST_FIRST)  # the strategies that age claims: an age limit orders them
 PROTOCOL_A_ONLY = ("--offline", "--processes", "--inflation", "--workers", "--scheduler")
 PROTOCOL_B_ONLY = ("--compare-admission", "--saturation", "--admission", "--rho", "--arrivals", "--host",
                    "--max-job-cards", "--age-limit", "--sla", "--reservation-ttl", "--bind-delay", "--declare-limits",
@@ -198,8 +225,8 @@ WORKLOAD_RULES: tuple[Applies | Conflict, ...] = (
             "drop it, or give --pods"),
     Applies(("--max-job-cards", "--arrivals"), _trace, "applies to a trace (--pods or --trace), and the built-in "
             "workload is generated as asked", "drop it, or give --pods or --trace"),
-    Applies(("--rho",), lambda a: a.rho is not None or _trace(a), "none keeps a trace's own timing, and the built-in "
-            "workload has none", "give a load, e.g. --rho 0.85, or a trace"),
+    Applies(("--rho",), lambda a: None not in _loads(a) or _trace(a), "none keeps a trace's own timing, and the "
+            "built-in workload has none", "give a load, e.g. --rho 0.85, or a trace"),
     Applies(("--bind-delay",), lambda a: a.reservation_ttl is not None, "needs --reservation-ttl (without it "
             "admission commits at once, so nothing waits for a bind)", "add --reservation-ttl DUR"),
     Applies(("--age-limit",), lambda a: any(n in AGING for n in admission_names(a)), "applies to the admission "
@@ -229,8 +256,8 @@ def workload_options(ap: argparse.ArgumentParser) -> None:
     g = ap.add_argument_group("workload (default: the built-in synthetic workload)")
     g.add_argument("--nodes", type=readable_file, metavar="NODES.csv", help="openb node list (openb_node_list_*.csv)")
     g.add_argument("--pods", type=input_paths, metavar="PODS.csv",
-                   help="openb pod list (openb_pod_list_*.csv); protocol A also takes several, comma-separated, "
-                   "or a folder (every openb_pod_list_*.csv in it)")
+                   help="openb pod list (openb_pod_list_*.csv), or several, comma-separated, or a folder (every "
+                   "openb_pod_list_*.csv in it): protocol A sweeps them, protocol B runs each")
     g.add_argument("--trace", type=readable_file, metavar="JOBS",
                    help="our own trace format, CSV or .jsonl (see simulations/README.md)")
     g.add_argument("--bad-rows", choices=("error", "skip"), default="error",
@@ -286,9 +313,10 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    help=f"queue admission policy, or several comma-separated (default {DEFAULT_ADMISSION}); "
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
                    "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
-                   "drain-soonest GPUs), horizon")
-    g.add_argument("--rho", type=parse_rho, default=0.85, help="target offered load (default 0.85); 'none' keeps "
-                   "the workload's own timing")
+                   "drain-soonest and worst-first GPUs), horizon")
+    g.add_argument("--rho", type=parse_rhos, default=(0.85,),
+                   help="target offered load (default 0.85), or several comma-separated (simulate runs each); "
+                   "'none' keeps the workload's own timing")
     g.add_argument("--arrivals", choices=protocol_b.ARRIVALS, default="poisson",
                    help="resample into a Poisson stream (default) or compress the trace's own arrival times")
     g.add_argument("--cards", type=positive_int, help="a cluster of N V100 cards, 8 per node, instead of --nodes "
@@ -298,8 +326,8 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    help="drop jobs asking for more than N cards (reported); e.g. 1 for single-card jobs only")
     g.add_argument("--age-limit", type=parse_duration, default=None, metavar="DUR",
                    help=f"T, the age past which a claim starves, for every product (default: the admission "
-                   f"strategy's own: aging-guard {DEFAULT_AGE_LIMIT / 60:.0f}m; drain-soonest by size, see "
-                   "packing/QUEUE.md)")
+                   f"strategy's own: worst-first 0; aging-guard {DEFAULT_AGE_LIMIT / 60:.0f}m; drain-soonest by "
+                   "size, see packing/QUEUE.md)")
     g.add_argument("--sla", type=parse_duration, default=metrics.DEFAULT_SLA_S, metavar="DUR",
                    help="waits above this count as starvation (default 60m)")
     g.add_argument("--reservation-ttl", type=parse_duration, metavar="DUR",
@@ -355,7 +383,7 @@ class AdmissionChoice:
     """An admission strategy with its settings, as written on the command line: ``NAME`` or
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
     limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
-    targets take under drain-soonest) and ``horizon`` (drain-soonest's)."""
+    targets take under drain-soonest and worst-first) and ``horizon`` (theirs)."""
 
     label: str
     name: str
@@ -365,7 +393,7 @@ class AdmissionChoice:
     drain_horizon_s: float | None = None  # None: the strategy's default
 
 
-SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST,)}  # and a product's own age limit: AGING
+SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST)}  # a product's own age limit: AGING
 
 
 def parse_admission(text: str) -> AdmissionChoice:

@@ -17,7 +17,7 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
 from simulations.engine import NEVER, Simulation
-from simulations.report import product_order
+from simulations.metrics import product_order
 
 
 def _save(fig: Any, path: str | Path, layout: bool = True) -> Path:

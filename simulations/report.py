@@ -5,11 +5,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from packing.products import Catalog
+from simulations import fairness
+from simulations.metrics import product_order
 from simulations.protocol_a import CURVE_MAX_PCT
 
 # Published unallocated GPU % at arrived 100 % (FGD, ATC'23: the artifact's cached results, mean of
@@ -257,10 +259,14 @@ QUARTER, WHOLE = "v100-25", "v100-100"  # the frontier's two products (the catal
 
 
 def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
-                         saturated: Mapping[tuple[str, str], Mapping[str, Any]], header: Mapping[str, Any]) -> str:
+                         saturated: Mapping[tuple[str, str], Mapping[str, Any]], header: Mapping[str, Any],
+                         catalog: Catalog | None = None) -> str:
     """The admission strategies side by side: per product the pooled p99 and the mean of the per-seed
     p99 with its 95 % interval; utilisation, the longest wait and, when measured, the usable capacity
-    (utilisation at the saturation load)."""
+    (utilisation at the saturation load). With best effort among the runs (and ``catalog``), each
+    other strategy also gets its worst-served product, that p99's ratio to best effort's worst, and
+    the fairness goal's verdict (``simulations.fairness``); a product above 1.25 x its best-effort
+    p99 + 5 min is marked ``!``."""
     runs = header.get("runs") or 1
     sat_rho = next((v.get("rho") for v in saturated.values()), None)
     lines = [f"admission comparison: {header.get('workload', '?')}, {header.get('cards')} cards, ρ "
@@ -274,6 +280,7 @@ def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
         label = admission if len({p for p, _ in results}) == 1 else f"{policy} + {admission}"
         spread = s.get("per_seed_p99") or {}
         products = [*sorted((p for p in s["waits"] if p != "all"), key=product_order), "all"]
+        judged = _verdict(results, saturated, policy, admission, catalog)
         for i, product in enumerate(products):
             w = s["waits"][product]
             tail = ""
@@ -284,18 +291,61 @@ def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
                     hw = sat.get("utilisation_ci95_half_width")
                     pm = f" ± {hw:.2f}" if isinstance(hw, float) and math.isfinite(hw) else ""
                     tail += f"  {sat['utilisation_pct']:.2f}{pm}"
+            mark = " !" if judged is not None and product in judged.sacrificed else ""
             line = (f"{label if i == 0 else '':<44} {product:<12} {_minutes(w['p99_s']):>10}  "
-                    f"{_spread(spread.get(product) or {}):<24}{tail}")
+                    f"{_spread(spread.get(product) or {}) + mark:<24}{tail}")
             lines.append(line.rstrip())
+        if judged is not None:
+            lines.append(f"{'':<44} {verdict_text(judged)}")
+    if catalog is not None and not any(a == fairness.REFERENCE for _, a in results):
+        lines.append(f"(no verdicts: add {fairness.REFERENCE} to --admission to judge against it)")
+    elif catalog is not None:
+        lines.append("  ! : this product's p99 is above 1.25 x its best-effort p99 + 5 min (sacrificed); minimax: "
+                     "the worst product's p99 over best effort's worst, goal <= 0.8 where best effort's worst needs "
+                     "whole cards, else <= 1.0")
     return "\n".join(lines)
 
 
-def product_order(name: str) -> tuple[int, int, str]:
-    """Products by cards then size (``v100-25`` < ``v100-50`` < ``v100-100`` < ``v100-100x2``), others after."""
-    m = re.search(r"(\d+)(?:x(\d+))?$", name)
-    if m is None:
-        return (1 << 30, 0, name)
-    return (int(m.group(2) or 1), int(m.group(1)), name)
+def _verdict(results: Mapping[tuple[str, str], Mapping[str, Any]],
+             saturated: Mapping[tuple[str, str], Mapping[str, Any]], policy: str, admission: str,
+             catalog: Catalog | None) -> fairness.Verdict | None:
+    """``admission``'s run judged against best effort's under the same placement policy (None: no such run)."""
+    reference = results.get((policy, fairness.REFERENCE))
+    if catalog is None or reference is None or admission == fairness.REFERENCE:
+        return None
+    return fairness.verdict(results[(policy, admission)], reference, catalog, saturated.get((policy, admission)),
+                            saturated.get((policy, fairness.REFERENCE)))
+
+
+def verdict_text(v: fairness.Verdict) -> str:
+    """One line: the worst-served product, its ratio to best effort's worst, and what of the goal is missed."""
+    missed = v.failures
+    return (f"worst {v.worst_product} {_minutes(v.worst_p99_s)} min = {v.ratio:.2f} x best effort's worst "
+            f"(goal <= {v.goal_ratio:.1f}); max wait {_minutes(v.max_wait_s)} against "
+            f"{_minutes(v.reference_max_wait_s)}; " + ("goal met" if not missed else "missed: " + "; ".join(missed)))
+
+
+def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, str], Mapping[str, Any]],
+                                                  Mapping[tuple[str, str], Mapping[str, Any]]]],
+                          catalog: Catalog) -> str:
+    """Every (workload, load) in one table: per strategy the worst product's p99 (mean of per-seed p99,
+    minutes), its ratio to best effort's worst, the sacrificed products and the verdict."""
+    wide = max([8, *(len(b[0]) for b in blocks)])
+    labels = [a if len({p for p, _ in b[2]}) == 1 else f"{p} + {a}" for b in blocks for p, a in b[2]]
+    named = max([9, *map(len, labels)])
+    lines = ["fairness summary (minutes; worst = the worst-served product's p99, mean of per-seed p99):",
+             f"{'workload':<{wide}} {'ρ':>5}  {'admission':<{named}} {'worst':<12} {'p99':>7} {'ratio':>6}  verdict"]
+    for workload, rho, results, saturated in blocks:
+        for (policy, admission), s in results.items():
+            product, p99 = fairness.worst(s)
+            judged = _verdict(results, saturated, policy, admission, catalog)
+            label = admission if len({p for p, _ in results}) == 1 else f"{policy} + {admission}"
+            ratio = f"{judged.ratio:.2f}" if judged is not None else "1.00" if admission == fairness.REFERENCE else "-"
+            said = ("reference" if judged is None else "goal met" if not judged.failures
+                    else "; ".join(judged.failures))
+            lines.append(f"{workload:<{wide}} {rho:>5}  {label:<{named}} {product:<12} {_minutes(p99):>7} {ratio:>6}  "
+                         f"{said}")
+    return "\n".join(lines)
 
 
 def frontier_points(results: Mapping[tuple[str, str], Mapping[str, Any]]) -> list[dict[str, Any]]:

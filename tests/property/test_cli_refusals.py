@@ -104,6 +104,8 @@ BAD_BY_TYPE: dict[Any, Bad] = {
     options.parse_seeds: _bad("5-1", "a", "", "1-b"),
     options.parse_rho: _bad("0", "-1", "nan", "inf", "x", more=NEGATIVE | NOT_A_NUMBER.filter(
         lambda t: t.strip().lower() not in ("none", "trace", "keep"))),
+    options.parse_rhos: _bad("0", "-1", "nan", "inf", "x", "0.7,-1", "0.85,x", ",", more=NEGATIVE | NOT_A_NUMBER.filter(
+        lambda t: t.strip().lower() not in ("none", "trace", "keep") and "," not in t)),  # several: each as --rho's
     options.parse_load: _bad("none", "0", "-1", "nan", "x", more=NEGATIVE),
     options.parse_inflation: _bad("0.5", "0", "-1", "nan", "inf", "x", more=NEGATIVE),
     options.parse_percentile: _bad("101", "-1", "nan", "x", more=NEGATIVE),
@@ -182,7 +184,8 @@ RULES: dict[str, Callable[[], tuple[Applies | Conflict, ...]]] = {
 VALID_BY_TYPE: dict[Any, str] = {
     argtypes.positive_int: "2", argtypes.non_negative_int: "1", argtypes.port: "18999",
     argtypes.positive_number: "1", argtypes.non_negative_number: "1", options.parse_duration: "5m",
-    options.parse_cap: "2d", options.parse_rho: "0.9", options.parse_load: "1.1", options.parse_inflation: "1.2",
+    options.parse_cap: "2d", options.parse_rho: "0.9", options.parse_rhos: "0.9", options.parse_load: "1.1",
+    options.parse_inflation: "1.2",
     options.processes: "1", simulated_gpus: "2", agent_cli._listen: "127.0.0.1:0", _limiter_mode: "gpuslice",
     Path: "{folder}", simulations_cli.plan_target: "10m", command_cluster.parse_add_cards: "8",
     command_cluster._positive: "2",

@@ -1,19 +1,23 @@
 """``gpuslice simulate --compare-admission``: admission settings on the command line, the labelled
-table (pooled p99 beside the mean of per-seed p99 and its 95 % interval), the runtime-cap line and
-the frontier plot."""
+table (pooled p99 beside the mean of per-seed p99 and its 95 % interval), the runtime-cap line, the
+frontier plot, the fairness verdict against best effort, and several loads in one command."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
 
 import pytest
 
-from simulations.cli import simulate_main
-from simulations.options import UsageError, parse_admission
+from packing.products import load_catalog
+from simulations import fairness
+from simulations.cli import plan_main, simulate_main
+from simulations.metrics import product_order
+from simulations.options import UsageError, parse_admission, parse_rhos
 from simulations.protocol_b import SeedSpread, t975
-from simulations.report import product_order, runtime_cap_text
+from simulations.report import runtime_cap_text
 
 
 def test_admission_settings_parse_into_a_choice() -> None:
@@ -73,3 +77,63 @@ def test_compare_admission_prints_the_labelled_table_and_draws_the_frontier(
 def test_saturation_needs_compare_admission(capsys: pytest.CaptureFixture[str]) -> None:
     assert simulate_main(["--jobs", "50", "--seeds", "1", "--saturation", "1.1"]) == 2
     assert "--saturation goes with --compare-admission" in capsys.readouterr().err
+
+
+def run_figures(p99_min: dict[str, float], max_min: float, util: float) -> dict[str, object]:
+    """A run as simulations.cli keeps it: per product the per-seed p99 mean, the longest wait, utilisation."""
+    return {"waits": {**{p: {"p99_s": 60 * v} for p, v in p99_min.items()}, "all": {"p99_s": 0.0}},
+            "per_seed_p99": {p: {"mean": 60 * v} for p, v in p99_min.items()},
+            "max_wait_s": 60 * max_min, "utilisation_pct": util}
+
+
+@pytest.mark.parametrize(("mine", "goal", "failures"), [
+    # best effort: quarter 2, half 20, whole 100 min; max 200; utilisation 83.0
+    ({"v100-25": 5.0, "v100-50": 25.0, "v100-100": 80.0}, 0.8, []),  # 0.80: met, nobody above 1.25 x + 5
+    ({"v100-25": 5.0, "v100-50": 31.0, "v100-100": 70.0}, 0.8, ["sacrificed v100-50"]),  # 31 > 1.25 x 20 + 5
+    ({"v100-25": 2.0, "v100-50": 20.0, "v100-100": 90.0}, 0.8, ["minimax 0.90 > 0.8"]),
+])
+def test_the_verdict_judges_a_run_against_best_effort(mine: dict[str, float], goal: float,
+                                                       failures: list[str]) -> None:
+    catalog = load_catalog()
+    reference = run_figures({"v100-25": 2.0, "v100-50": 20.0, "v100-100": 100.0}, 200.0, 83.0)
+    v = fairness.verdict(run_figures(mine, 150.0, 82.8), reference, catalog)
+    assert v.goal_ratio == goal and v.worst_product == max(mine, key=lambda p: mine[p])
+    assert v.failures == failures
+    slow = fairness.verdict(run_figures(mine, 201.0, 82.0), reference, catalog, {"utilisation_pct": 90.0},
+                            {"utilisation_pct": 91.5})
+    assert "max wait" in slow.failures and "utilisation -1.00" in slow.failures and "usable -1.50" in slow.failures
+
+
+def test_the_goal_is_sharp_only_where_best_efforts_worst_needs_whole_cards() -> None:
+    catalog = load_catalog()
+    assert fairness.whole_cards("v100-100", catalog) and fairness.whole_cards("v100-100x4", catalog)
+    assert fairness.whole_cards("whole", catalog) and not fairness.whole_cards("share", catalog)
+    assert not fairness.whole_cards("v100-50", catalog) and not fairness.whole_cards("v100-25x1", catalog)
+    halves_worst = run_figures({"v100-25": 2.0, "v100-50": 100.0, "v100-100": 50.0}, 200.0, 80.0)
+    v = fairness.verdict(halves_worst, halves_worst, catalog)
+    assert v.goal_ratio == 1.0 and v.ratio == 1.0 and v.failures == []
+    assert fairness.limit_s(600.0) == 1.25 * 600.0 + 300.0
+
+
+def test_several_loads_run_in_one_command_with_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = simulate_main(["--jobs", "300", "--cards", "16", "--seeds", "1-2", "--rho", "0.7,0.9",
+                          "--compare-admission", "--admission", "worst-first", "--json", str(tmp_path / "r.json")])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.count("admission comparison:") == 2 and "==== built-in synthetic" in out
+    summary = out[out.index("fairness summary"):]
+    assert summary.count("best-effort-fifo") == 2 and summary.count("worst-first") == 2  # the reference added
+    assert "x best effort's worst" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert [round(d["runs"][0]["offered_load"], 1) for d in data["sweep"]] == [0.7, 0.9]
+    assert {r["admission"] for r in data["sweep"][0]["runs"]} == {"best-effort-fifo", "worst-first"}
+
+
+def test_several_loads_are_one_too_many_for_plan_and_placements(capsys: pytest.CaptureFixture[str]) -> None:
+    assert plan_main(["--jobs", "100", "--rho", "0.7,0.9", "--seeds", "1"]) == 2
+    assert "plan sizes for one offered load at a time" in capsys.readouterr().err
+    assert simulate_main(["--jobs", "100", "--rho", "0.7,0.9", "--seeds", "1", "--placements", "p.csv"]) == 2
+    assert "--placements writes one run's placements" in capsys.readouterr().err
+    assert parse_rhos("0.7, 0.85,none") == (0.7, 0.85, None)
+    with pytest.raises(argparse.ArgumentTypeError):
+        parse_rhos("0.7,-1")

@@ -1,0 +1,126 @@
+"""The queue fairness goal: does an admission strategy serve every product, against best effort?
+
+The objective is the worst-served product, not one product (``packing/QUEUE.md``, *Fairness*). For
+one workload at one load, with each product's p99 wait taken as the mean of the per-seed p99s:
+
+* **minimax**: the largest per-product p99 at most ``SHARP_RATIO`` (0.8) x best effort's where best
+  effort's worst product needs whole cards (a whole card or several), at most 1.0 x elsewhere;
+* **no product sacrificed**: no product's p99 above ``SACRIFICE_FACTOR`` (1.25) x its own best-effort
+  p99 + ``SACRIFICE_SLACK_S`` (5 min);
+* the longest wait (every seed's jobs pooled) no longer than best effort's;
+* utilisation within ``UTIL_POINTS`` (0.5) points of best effort's, and -- when measured -- usable
+  capacity (utilisation at a saturating load) within ``USABLE_POINTS`` (1) point.
+
+``verdict`` reads the figures ``simulations.cli`` keeps per run (``per_seed_p99``, ``waits``,
+``max_wait_s``, ``utilisation_pct``) and says which points hold.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packing.products import Catalog, RequestError
+from packing.queue import BEST_EFFORT_FIFO
+from simulations.metrics import product_order
+
+REFERENCE = BEST_EFFORT_FIFO
+SHARP_RATIO = 0.8
+RATIO = 1.0
+SACRIFICE_FACTOR = 1.25
+SACRIFICE_SLACK_S = 300.0
+UTIL_POINTS = 0.5
+USABLE_POINTS = 1.0
+_COUNT = re.compile(r"^(.*)x(\d+)$")
+
+
+def whole_cards(product: str, catalog: Catalog) -> bool:
+    """Does ``product`` (a reported class: ``v100-100``, ``v100-100x4``, ``whole``, ``share``...) need whole cards?"""
+    m = _COUNT.match(product)
+    if m is not None and int(m.group(2)) > 1:
+        return True
+    if product == "whole":
+        return True
+    try:
+        return catalog.request(product).whole
+    except (RequestError, KeyError, ValueError):
+        return False
+
+
+def p99_by_product(run: Mapping[str, Any]) -> dict[str, float]:
+    """Per product (``all`` left out): the mean of the per-seed p99 waits in seconds (the pooled p99
+    when the run kept no per-seed figures, e.g. one seed)."""
+    spread = run.get("per_seed_p99") or {}
+    out: dict[str, float] = {}
+    for product, w in run["waits"].items():
+        if product == "all":
+            continue
+        mean = (spread.get(product) or {}).get("mean")
+        out[product] = float(mean) if isinstance(mean, (int, float)) and math.isfinite(mean) else float(w["p99_s"])
+    return out
+
+
+def worst(run: Mapping[str, Any]) -> tuple[str, float]:
+    """The worst-served product of a run and its p99 (mean of per-seed p99), in seconds."""
+    p99 = p99_by_product(run)
+    if not p99:
+        return "-", math.nan
+    product = max(p99, key=lambda p: (p99[p], p))
+    return product, p99[product]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One strategy's run against the reference (best effort) on the same workload, load and seeds."""
+
+    worst_product: str
+    worst_p99_s: float  # mean of per-seed p99
+    ratio: float  # worst_p99_s / the reference's worst p99
+    goal_ratio: float  # SHARP_RATIO or RATIO
+    sacrificed: tuple[str, ...]  # products above SACRIFICE_FACTOR x their reference p99 + SACRIFICE_SLACK_S
+    max_wait_s: float
+    reference_max_wait_s: float
+    util_gap: float  # reference utilisation - this one, in points (positive: this one uses less)
+    usable_gap: float | None  # the same at the saturating load, when measured
+
+    @property
+    def failures(self) -> list[str]:
+        """The points of the goal this run misses, in words (empty: every point met)."""
+        out = []
+        if not self.ratio <= self.goal_ratio + 1e-9:
+            out.append(f"minimax {self.ratio:.2f} > {self.goal_ratio:.1f}")
+        if self.sacrificed:
+            out.append("sacrificed " + ", ".join(self.sacrificed))
+        if not self.max_wait_s <= self.reference_max_wait_s + 1e-6:
+            out.append("max wait")
+        if not self.util_gap <= UTIL_POINTS:
+            out.append(f"utilisation -{self.util_gap:.2f}")
+        if self.usable_gap is not None and not self.usable_gap <= USABLE_POINTS:
+            out.append(f"usable -{self.usable_gap:.2f}")
+        return out
+
+
+def limit_s(reference_p99_s: float) -> float:
+    """The most a product may wait at p99 before it counts as sacrificed: 1.25 x its best-effort p99 + 5 min."""
+    return SACRIFICE_FACTOR * reference_p99_s + SACRIFICE_SLACK_S
+
+
+def verdict(run: Mapping[str, Any], reference: Mapping[str, Any], catalog: Catalog,
+            saturated: Mapping[str, Any] | None = None,
+            reference_saturated: Mapping[str, Any] | None = None) -> Verdict:
+    """``run`` against ``reference`` (best effort), both as ``simulations.cli`` keeps them."""
+    mine, theirs = p99_by_product(run), p99_by_product(reference)
+    product, p99 = worst(run)
+    ref_product, ref_p99 = worst(reference)
+    goal = SHARP_RATIO if whole_cards(ref_product, catalog) else RATIO
+    ratio = p99 / ref_p99 if ref_p99 > 0 else (1.0 if p99 <= 0 else math.inf)
+    sacrificed = tuple(sorted((p for p in mine if p in theirs and mine[p] > limit_s(theirs[p])), key=product_order))
+    usable = None
+    if saturated is not None and reference_saturated is not None:
+        usable = float(reference_saturated["utilisation_pct"]) - float(saturated["utilisation_pct"])
+    return Verdict(product, p99, ratio, goal, sacrificed, float(run["max_wait_s"]), float(reference["max_wait_s"]),
+                   float(reference["utilisation_pct"]) - float(run["utilisation_pct"]), usable)
+
