@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chart manifests image e2e e2e-node bench bench-e2e bench-e2e-guard sweep-a fuzz lint typecheck check clean interposer
+.PHONY: demo test chart manifests image e2e e2e-node bench bench-e2e bench-e2e-guard bench-fairness sweep-a fuzz lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -69,6 +69,14 @@ sweep-a: $(STAMP)
 	$(BIN)/gpuslice simulate --nodes "$$GPUSLICE_TRACES/alibaba-openb/openb_node_list_gpu_node.csv" \
 	    --pods "$$GPUSLICE_TRACES/alibaba-openb" --policy gradient-fit,best-fit,frag-gradient,relative-gradient,fgd \
 	    --ties stable,random --offline --seeds 42-51 $(SWEEP_SPREAD) --json sweep-a.json $(SWEEP_ARGS)
+
+## bench-fairness: the queue fairness table (tests/bench/bench_fairness.py): every admission strategy that matters
+## (best effort, the default worst-first, drain-soonest) on default, gpushare100, gpushare60, multigpu50 and the
+## built-in mix at offered load 0.7, 0.85 and 0.95, 64 cards, seeds 1-10, 15 000 jobs, usable capacity at 1.1;
+## needs GPUSLICE_TRACES; hours on 2 cores (FAIRNESS_ARGS="--seeds 1-3 --jobs 5000" for a quicker look)
+bench-fairness: $(STAMP)
+	@test -n "$$GPUSLICE_TRACES" || { echo "bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/" >&2; exit 2; }
+	$(BIN)/python -m tests.bench.bench_fairness --full $(FAIRNESS_ARGS)
 
 ## bench-e2e: the real path (etcd, kube-apiserver, kube-scheduler, the extender) against plain kube-scheduler, in one
 ## run: the chart's default policy, best fit, without the gate (minutes; CI runs the short bench-e2e-guard instead);

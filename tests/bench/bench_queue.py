@@ -17,7 +17,9 @@ all measured in this run:
   logarithmic per event, no full re-sort per event; explain: linear, so flat per claim).
 
 Every admission strategy runs (``packing.admission``); drain-soonest with every claim starving
-holds up to 64 GPUs, lifted and held again at every step, and scans the GPUs for each new head.
+holds up to 64 GPUs, lifted and held again at every step, and scans the GPUs for each new head;
+worst-first (the default) the same, holding only its front's shape and lifting the steering targets
+for a claim that fits only there.
 """
 
 from __future__ import annotations
@@ -32,7 +34,15 @@ from packing.entitlements import Entitlement
 from packing.ledger import Ledger
 from packing.policies import BEST_FIT
 from packing.products import Request, load_catalog
-from packing.queue import AGING_GUARD, BEST_EFFORT_FIFO, DRAIN_SOONEST, STRICT_FIFO, ClaimQueue, WaitingClaim
+from packing.queue import (
+    AGING_GUARD,
+    BEST_EFFORT_FIFO,
+    DRAIN_SOONEST,
+    STRICT_FIFO,
+    WORST_FIRST,
+    ClaimQueue,
+    WaitingClaim,
+)
 
 V100 = "Tesla-V100-SXM2-32GB"
 NODES = 2500
@@ -152,6 +162,10 @@ def main() -> None:
             (DRAIN_SOONEST, 10.0, False, ", no claim past its limit"),
             (DRAIN_SOONEST, 3000.0, False, ", every claim past its limit: up to 64 heads, each holding a GPU"),
             (DRAIN_SOONEST, 3000.0, True, ", every claim past its limit, declared ends: drains and backfill"),
+            (WORST_FIRST, 10.0, False, ", no claim past its limit (T=2000 s given)"),
+            (WORST_FIRST, 3000.0, False, ", every claim past its limit: up to 64 GPUs of targets, the front's held, "
+             "the rest steering"),
+            (WORST_FIRST, 3000.0, True, ", every claim past its limit, declared ends: drains and backfill"),
             (STRICT_FIFO, 10.0, False, "")]
     for admission, now, declared, note in runs:
         rows = {n: measure(n, admission, now, declared) for n in SIZES}
