@@ -180,12 +180,8 @@ def _prior(inputs: Inputs, catalog: Catalog, rounding: str) -> tuple[Request, ..
 def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     """Protocol B on every pod list of ``--pods`` at every load of ``--rho``: one block each, and with
     ``--compare-admission`` over several of them, the fairness summary across all."""
-    if args.saturation is not None and not args.compare_admission:
-        raise UsageError("--saturation goes with --compare-admission")
     workloads = inputs.workloads or [(inputs.description, inputs.pods or [])]
-    several = len(workloads) * len(args.rhos) > 1
-    if several and args.placements:
-        raise UsageError("--placements writes one run's placements: give one pod list and one --rho")
+    several = len(workloads) * len(args.rhos) > 1  # --placements is refused then (SIMULATE_RULES)
     catalog = _catalog(args)
     blocks: list[tuple[str, str, Runs, Saturated]] = []
     sweep: list[dict[str, Any]] = []
@@ -201,7 +197,7 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
             sub = _sub_out(args, name, rho) if several else None
             data, results, saturated, off = _simulate_b_one(args, one, catalog, sub)
             missed = missed or off
-            blocks.append((data["workload"], _rho_text(args, one), results, saturated))
+            blocks.append((_short(name), _rho_text(args, one), results, saturated))
             sweep.append(data)
             rows.extend({**({"workload": name, "rho": rho} if several else {}), **r}
                         for r in report.protocol_b_rows(results))
@@ -213,12 +209,17 @@ def _simulate_b(args: argparse.Namespace, inputs: Inputs) -> int:
     return 1 if missed and not args.allow_missed_load else 0
 
 
+def _short(workload: str) -> str:
+    """A pod list's name as the summary shows it: ``openb_pod_list_default.csv`` -> ``default``."""
+    return workload.removeprefix("openb_pod_list_").removesuffix(".csv")
+
+
 def _sub_out(args: argparse.Namespace, workload: str, rho: float | None) -> Path | None:
     """Where one (workload, load) of several puts its plots: a folder per pair under the plots folder."""
     _, _, plots_dir = output_paths(args)
     if not plots_dir:
         return None
-    short = workload.removeprefix("openb_pod_list_").removesuffix(".csv").replace("/", "_").replace(" ", "_")
+    short = _short(workload).replace("/", "_").replace(" ", "_")
     return Path(plots_dir) / f"{short}-rho{'trace' if rho is None else rho}"
 
 
@@ -474,11 +475,7 @@ def _plan_any(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    if len(args.rhos) > 1:
-        raise UsageError(f"plan sizes for one offered load at a time, got --rho {','.join(map(str, args.rhos))}")
-    inputs = load_inputs(args)
-    if len(inputs.workloads) > 1:
-        raise UsageError("plan sizes one workload at a time: give one pod list")
+    inputs = load_inputs(args)  # one load and one pod list (PLAN_RULES)
     check_outputs([(args.json, "the plan (--json)"), (args.plot, "the plot (--plot)")], [])
     catalog = _catalog(args)
     rounding = args.rounding or "slices"

@@ -194,6 +194,17 @@ def _loads(args: argparse.Namespace) -> tuple[float | None, ...]:
     return tuple(rho) if isinstance(rho, tuple) else (rho,)
 
 
+def _pod_lists(args: argparse.Namespace) -> int:
+    """How many pod lists ``--pods`` names (a folder counts its ``openb_pod_list_*.csv``)."""
+    parts = [p.strip() for p in str(getattr(args, "pods", None) or "").split(",") if p.strip()]
+    return sum(len(list(Path(p).glob("openb_pod_list_*.csv"))) if os.path.isdir(p) else 1 for p in parts)
+
+
+def _one_run(args: argparse.Namespace) -> bool:
+    """Whether the command runs one workload at one load (one pod list at most, one ``--rho``)."""
+    return len(_loads(args)) == 1 and _pod_lists(args) <= 1
+
+
 def settle_loads(args: argparse.Namespace) -> None:
     """After the rules: ``args.rhos`` every load ``--rho`` gave, ``args.rho`` the first (what one run reads)."""
     args.rhos = _loads(args)
@@ -234,6 +245,10 @@ WORKLOAD_RULES: tuple[Applies | Conflict, ...] = (
             "with --admission"),
 )
 SIMULATE_RULES: tuple[Applies | Conflict, ...] = (
+    Applies(("--saturation",), lambda a: bool(a.compare_admission), "measures the usable capacity of the strategies "
+            "--compare-admission compares, and it is not given", "add --compare-admission, or drop it"),
+    Applies(("--placements",), _one_run, "writes one run's placements, and this command runs several pod lists or "
+            "loads", "give one pod list and one --rho, or drop it"),
     Applies(PROTOCOL_A_ONLY, lambda a: protocol_of(a) == "a", "applies to protocol A only, and this run is protocol "
             "B", "drop it, or add --protocol a"),
     Applies(PROTOCOL_B_ONLY, lambda a: protocol_of(a) == "b", "applies to protocol B only, and this run is protocol "
@@ -243,6 +258,10 @@ SIMULATE_RULES: tuple[Applies | Conflict, ...] = (
     *WORKLOAD_RULES,
 )
 PLAN_RULES: tuple[Applies | Conflict, ...] = (
+    Applies(("--rho",), lambda a: len(_loads(a)) == 1, "gives several offered loads, and plan sizes the cluster for "
+            "one at a time", "give one load, e.g. --rho 0.85"),
+    Applies(("--pods",), lambda a: _pod_lists(a) <= 1, "names several pod lists, and plan sizes one workload at a "
+            "time", "give one pod list"),
     Applies(("--nodes",), lambda a: False, "does not apply to plan: it sizes a cluster of identical V100 cards",
             "drop it (--card-model labels those cards)"),
     Applies(("--cards",), lambda a: False, "does not apply to plan: it searches the card count",

@@ -302,7 +302,7 @@ def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
     elif catalog is not None:
         lines.append("  ! : this product's p99 is above 1.25 x its best-effort p99 + 5 min (sacrificed); minimax: "
                      "the worst product's p99 over best effort's worst, goal <= 0.8 where best effort's worst needs "
-                     "whole cards, else <= 1.0")
+                     "whole cards, else <= 1.0; not judged where best effort's worst is under 5 min")
     return "\n".join(lines)
 
 
@@ -320,31 +320,47 @@ def _verdict(results: Mapping[tuple[str, str], Mapping[str, Any]],
 def verdict_text(v: fairness.Verdict) -> str:
     """One line: the worst-served product, its ratio to best effort's worst, and what of the goal is missed."""
     missed = v.failures
+    goal = (f"goal <= {v.goal_ratio:.1f}" if v.minimax_judged else
+            f"not judged: best effort's worst {_minutes(v.reference_worst_p99_s)} min < 5 min")
     return (f"worst {v.worst_product} {_minutes(v.worst_p99_s)} min = {v.ratio:.2f} x best effort's worst "
-            f"(goal <= {v.goal_ratio:.1f}); max wait {_minutes(v.max_wait_s)} against "
+            f"({goal}); max wait {_minutes(v.max_wait_s)} against "
             f"{_minutes(v.reference_max_wait_s)}; " + ("goal met" if not missed else "missed: " + "; ".join(missed)))
 
 
 def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, str], Mapping[str, Any]],
                                                   Mapping[tuple[str, str], Mapping[str, Any]]]],
                           catalog: Catalog) -> str:
-    """Every (workload, load) in one table: per strategy the worst product's p99 (mean of per-seed p99,
-    minutes), its ratio to best effort's worst, the sacrificed products and the verdict."""
+    """Every (workload, load) in one table: per strategy each product's p99 (mean of per-seed p99, minutes;
+    ``!`` where sacrificed), the worst product and its ratio to best effort's worst, the longest wait,
+    utilisation, usable capacity when measured, and the verdict."""
     wide = max([8, *(len(b[0]) for b in blocks)])
     labels = [a if len({p for p, _ in b[2]}) == 1 else f"{p} + {a}" for b in blocks for p, a in b[2]]
     named = max([9, *map(len, labels)])
-    lines = ["fairness summary (minutes; worst = the worst-served product's p99, mean of per-seed p99):",
-             f"{'workload':<{wide}} {'ρ':>5}  {'admission':<{named}} {'worst':<12} {'p99':>7} {'ratio':>6}  verdict"]
+    rows: list[tuple[str, ...]] = []
     for workload, rho, results, saturated in blocks:
         for (policy, admission), s in results.items():
-            product, p99 = fairness.worst(s)
+            product, _ = fairness.worst(s)
             judged = _verdict(results, saturated, policy, admission, catalog)
             label = admission if len({p for p, _ in results}) == 1 else f"{policy} + {admission}"
             ratio = f"{judged.ratio:.2f}" if judged is not None else "1.00" if admission == fairness.REFERENCE else "-"
             said = ("reference" if judged is None else "goal met" if not judged.failures
-                    else "; ".join(judged.failures))
-            lines.append(f"{workload:<{wide}} {rho:>5}  {label:<{named}} {product:<12} {_minutes(p99):>7} {ratio:>6}  "
-                         f"{said}")
+                    else "missed: " + "; ".join(judged.failures))
+            if judged is not None and not judged.minimax_judged:
+                said += " (minimax not judged: best effort's worst < 5 min)"
+            p99 = fairness.p99_by_product(s)
+            cells = "  ".join(f"{p} {_minutes(v)}{'!' if judged is not None and p in judged.sacrificed else ''}"
+                              for p, v in sorted(p99.items(), key=lambda kv: product_order(kv[0])))
+            sat = saturated.get((policy, admission))
+            usable = f"{sat['utilisation_pct']:.2f}" if sat is not None else "-"
+            rows.append((f"{workload:<{wide}} {rho:>5}  {label:<{named}}", cells, product, ratio,
+                         _minutes(s["max_wait_s"]), f"{s['utilisation_pct']:.2f}", usable, said))
+    cell = max([20, *(len(r[1]) for r in rows)])
+    lines = ["fairness summary (minutes; each product's p99 is the mean of per-seed p99, ! where it is above "
+             "1.25 x its best-effort p99 + 5 min; ratio = the worst product's p99 over best effort's worst):",
+             f"{'workload':<{wide}} {'ρ':>5}  {'admission':<{named}} {'p99 per product':<{cell}}  {'worst':<11} "
+             f"{'ratio':>5} {'max':>7} {'util %':>6} {'usable %':>8}  verdict"]
+    for head, cells, product, ratio, longest, util, usable, said in rows:
+        lines.append(f"{head} {cells:<{cell}}  {product:<11} {ratio:>5} {longest:>7} {util:>6} {usable:>8}  {said}")
     return "\n".join(lines)
 
 

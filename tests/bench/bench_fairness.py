@@ -111,8 +111,10 @@ def print_cost(rows: dict[str, dict[str, float]]) -> None:
               f"x{wf['explain_us_per_claim'] / max(o['explain_us_per_claim'], 1e-9):.2f}")
 
 
-def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] = simulate_main) -> int:
-    """The fairness table over every mix and load, through ``gpuslice simulate --compare-admission``."""
+def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] = simulate_main,
+               out: Path | None = None) -> int:
+    """The fairness table over every mix and load, through ``gpuslice simulate --compare-admission``; with
+    ``out``, each command's figures also go to ``out/<name>.json`` (``--json``)."""
     root = os.environ.get("GPUSLICE_TRACES")
     if not root:
         print("bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/", file=sys.stderr)
@@ -121,13 +123,16 @@ def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] 
     common = ["--protocol", "b", "--cards", "64", "--rho", rho, "--jobs", str(jobs), "--seeds", seeds,
               "--compare-admission", "--admission", ",".join(STRATEGIES), "--saturation", "1.1"]
     single = ",".join(str(t / f"openb_pod_list_{m}.csv") for m in ("default", "gpushare100", "gpushare60"))
-    runs = [
-        ["--pods", single, "--max-job-cards", "1", *common],
-        ["--pods", str(t / "openb_pod_list_multigpu50.csv"), "--runtimes-from",
-         str(t / "openb_pod_list_default.csv"), *common],
-        common,
-    ]
-    for argv in runs:
+    runs = {
+        "single": ["--pods", single, "--max-job-cards", "1", *common],
+        "multigpu50": ["--pods", str(t / "openb_pod_list_multigpu50.csv"), "--runtimes-from",
+                       str(t / "openb_pod_list_default.csv"), *common],
+        "synthetic": common,
+    }
+    for name, argv in runs.items():
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            argv = [*argv, "--json", str(out / f"{name}.json")]
         print(f"\n$ gpuslice simulate {' '.join(argv)}", flush=True)
         code = run(argv)
         if code:
@@ -189,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1-10")
     ap.add_argument("--jobs", type=int, default=15000)
     ap.add_argument("--rho", default="0.7,0.85,0.95")
+    ap.add_argument("--out", type=Path, help="with --full: a folder for each command's figures (<name>.json)")
     ap.add_argument("--reference", action="store_true",
                     help="only the no-fragmentation reference (needs GPUSLICE_TRACES)")
     args = ap.parse_args(argv if argv is not None else [])
@@ -201,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                               parse_seeds(args.seeds), args.jobs))
         return 0
     if args.full:
-        return full_table(args.seeds, args.jobs, args.rho)
+        return full_table(args.seeds, args.jobs, args.rho, out=args.out)
     print_cost(per_decision())
     print("\nfairness table, small (the built-in synthetic mix at 0.85, 2 seeds x 3 000 jobs; `make bench-fairness` "
           "for the full one):", flush=True)

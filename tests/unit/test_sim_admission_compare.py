@@ -76,7 +76,9 @@ def test_compare_admission_prints_the_labelled_table_and_draws_the_frontier(
 
 def test_saturation_needs_compare_admission(capsys: pytest.CaptureFixture[str]) -> None:
     assert simulate_main(["--jobs", "50", "--seeds", "1", "--saturation", "1.1"]) == 2
-    assert "--saturation goes with --compare-admission" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--saturation measures the usable capacity" in err and "add --compare-admission" in err
+    assert len(err.strip().splitlines()) == 2  # the one line and the hint to --help
 
 
 def run_figures(p99_min: dict[str, float], max_min: float, util: float) -> dict[str, object]:
@@ -115,6 +117,22 @@ def test_the_goal_is_sharp_only_where_best_efforts_worst_needs_whole_cards() -> 
     assert fairness.limit_s(600.0) == 1.25 * 600.0 + 300.0
 
 
+def test_minimax_is_not_judged_where_best_effort_hardly_waits() -> None:
+    """Under 5 min (the goal's own slack) there is no tail to cut: 0.1 against 0.1 min is no failure, but a
+    sacrificed product or a longer longest wait still is."""
+    catalog = load_catalog()
+    reference = run_figures({"v100-25": 0.0, "v100-50": 0.0, "v100-100": 0.1}, 13.9, 67.9)
+    same = fairness.verdict(run_figures({"v100-25": 0.0, "v100-50": 0.0, "v100-100": 0.1}, 13.9, 67.9), reference,
+                            catalog)
+    assert same.ratio == pytest.approx(1.0) and not same.minimax_judged and same.failures == []
+    worse = fairness.verdict(run_figures({"v100-25": 0.0, "v100-50": 6.0, "v100-100": 0.2}, 18.1, 67.9), reference,
+                             catalog)
+    assert worse.failures == ["sacrificed v100-50", "max wait"]
+    judged = fairness.verdict(run_figures({"v100-25": 0.0, "v100-50": 0.0, "v100-100": 5.0}, 10.0, 67.9),
+                              run_figures({"v100-25": 0.0, "v100-50": 0.0, "v100-100": 5.0}, 13.9, 67.9), catalog)
+    assert judged.minimax_judged and judged.failures == ["minimax 1.00 > 0.8"]
+
+
 def test_several_loads_run_in_one_command_with_a_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = simulate_main(["--jobs", "300", "--cards", "16", "--seeds", "1-2", "--rho", "0.7,0.9",
                           "--compare-admission", "--admission", "worst-first", "--json", str(tmp_path / "r.json")])
@@ -129,11 +147,19 @@ def test_several_loads_run_in_one_command_with_a_summary(tmp_path: Path, capsys:
     assert {r["admission"] for r in data["sweep"][0]["runs"]} == {"best-effort-fifo", "worst-first"}
 
 
-def test_several_loads_are_one_too_many_for_plan_and_placements(capsys: pytest.CaptureFixture[str]) -> None:
+def test_several_loads_are_one_too_many_for_plan_and_placements(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_main(["--jobs", "100", "--rho", "0.7,0.9", "--seeds", "1"]) == 2
-    assert "plan sizes for one offered load at a time" in capsys.readouterr().err
+    assert "--rho gives several offered loads, and plan sizes the cluster for one at a time" in capsys.readouterr().err
     assert simulate_main(["--jobs", "100", "--rho", "0.7,0.9", "--seeds", "1", "--placements", "p.csv"]) == 2
     assert "--placements writes one run's placements" in capsys.readouterr().err
+    pods = [tmp_path / f"openb_pod_list_{m}.csv" for m in ("a", "b")]
+    for p in pods:
+        p.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n")
+    assert plan_main(["--pods", ",".join(map(str, pods)), "--seeds", "1"]) == 2
+    assert "--pods names several pod lists, and plan sizes one workload at a time" in capsys.readouterr().err
+    assert plan_main(["--pods", str(tmp_path), "--seeds", "1"]) == 2  # a folder of two
+    assert "--pods names several pod lists" in capsys.readouterr().err
     assert parse_rhos("0.7, 0.85,none") == (0.7, 0.85, None)
     with pytest.raises(argparse.ArgumentTypeError):
         parse_rhos("0.7,-1")
