@@ -422,3 +422,46 @@ def test_gpuslice_queue_lists_the_waiting_pods_in_line_order(gs: h.Gpuslice, ns:
     finally:
         h.clear_namespace(kube, ns)
         h.delete_nodes(kube, [node])
+
+
+def test_the_queued_message_and_gpuslice_queue_give_the_expected_wait_of_the_pods_product(
+        gs: h.Gpuslice, ns: str) -> None:
+    """Once enough claims of a product were admitted (packing.wait_history.MIN_SEEN), a waiting pod of that
+    product is told what their waits say, in its gpuslice.io/Queued message, and `gpuslice queue` shows the
+    same under EXPECTED (and in -o json): the operator's view of "is a quarter forgotten?"."""
+    kube, admin = gs.kube, gs.cp.kubeconfig
+    node = "deploy-expected-0"
+    h.gpu_node(kube, gs.cp.api_client(), node, 2)  # 8 quarters
+    try:
+        for round_ in range(3):  # 24 quarters admitted: more than MIN_SEEN waits recorded for v100-25
+            names = [f"q{round_}-{k}" for k in range(8)]
+            for name in names:
+                h.create_pod(kube, ns, h.slice_pod(name, "v100-25"))
+            for name in names:
+                h.wait_bound(kube, ns, name)
+            if round_ < 2:
+                for name in names:
+                    h.delete_now(kube, ns, name)
+                h.poll(lambda names=names: all(kube.get_pod(ns, n) is None for n in names), 30, "the quarters gone")
+        h.create_pod(kube, ns, h.slice_pod("late", "v100-25"))  # the card is full: it waits
+
+        def told() -> Obj | None:
+            c = h.queued(kube.get_pod(ns, "late") or {})
+            return c if c is not None and c["status"] == "True" and "v100-25 lately: median" in c["message"] else None
+
+        cond = h.poll(told, 30, "the waiting quarter told its product's recent waits")
+        said = re.search(r"; (?:expected start in about ([^;()]+)|(waited longer than every recent v100-25 claim)); "
+                         r"v100-25 lately: median [^;()]+, p90 [^;()]+\)$", cond["message"])
+        assert said is not None, cond["message"]
+        expected = f"~{said.group(1)}" if said.group(1) else "longer"
+        listed = run_cli(admin, "queue", "-n", ns)
+        assert listed.returncode == 0, listed.stderr
+        header, *rows = listed.stdout.splitlines()
+        column = header.split().index("EXPECTED")
+        assert [r.split()[0] for r in rows] == ["late"], listed.stdout
+        assert " ".join(rows[0].split()[column:column + len(expected.split())]) == expected, listed.stdout
+        items = json.loads(run_cli(admin, "queue", "-n", ns, "-o", "json").stdout)["items"]
+        assert [(i["name"], i["expected"]) for i in items] == [("late", expected)]
+    finally:
+        h.clear_namespace(kube, ns)
+        h.delete_nodes(kube, [node])
