@@ -2,7 +2,7 @@
 first; capacity is held for the longest-waiting one and those of its request shape, and new work is
 steered off the GPUs draining for the others.
 
-Rule, per step (``packing/QUEUE.md``, *worst-first*, has the measurements behind each part):
+Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal in ``simulations/README.md``):
 
 1. **Queue order**, every product alike: priority, then arrival (no per-product clock: a claim is in
    line for a drain target from its arrival, T = 0). A claim that fits on a GPU no target holds
