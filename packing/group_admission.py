@@ -84,9 +84,11 @@ class GroupView(AdmissionView):
 
     def __init__(self, now: float, ledger: Ledger, policy: Policy, order: WaitingOrder, book: RunningBook,
                  reservation_ttl: float | None, satisfiable: Callable[[Request], bool],
-                 age_limit: Callable[[str, Request], float], groups: GroupBook) -> None:
+                 age_limit: Callable[[str, Request], float], groups: GroupBook,
+                 group_age_limit: Callable[[str, Request], float]) -> None:
         super().__init__(now, ledger, policy, order, book, reservation_ttl, satisfiable, age_limit)
         self.groups = groups
+        self.group_age_limit = group_age_limit
         self.members: dict[str, list[Admission]] = {}  # group entry admitted this step -> its members' admissions
         # member sets that fit nowhere in this step (per set of nodes allowed): capacity only shrinks
         # within a step, so groups of the same members cost one placement attempt, as a request shape does
@@ -173,12 +175,12 @@ class GroupTarget:
     picked_at: float
 
 
-def group_age_limit(view: AdmissionView, g: Group) -> float:
+def group_age_limit(view: GroupView, g: Group) -> float:
     """T of a group: the least, over its members' products, of the age limit the queue gives a
-    request of several cards of that product: a product's own limit when one is set, else the
-    default, else the strategy's for several cards (drain-soonest: 4 h), since a starving group
-    holds several GPUs, as a multi-card head does."""
-    return min(view.age_limit(p, _several(p)) for p in g.facts().products)
+    group of that product: a product's own limit when one is set, else the default, else the
+    strategy's for groups (drain-soonest: its limit for several cards, 4 h; worst-first: its hold
+    clock's ceiling, 4 h), since a starving group holds several GPUs at once."""
+    return min(view.group_age_limit(p, _several(p)) for p in g.facts().products)
 
 
 def _several(product: str) -> Request:

@@ -330,6 +330,16 @@ class ClaimQueue:
             return self.default_age_limit
         return self.strategy.default_age_limit(request) if request is not None else DEFAULT_AGE_LIMIT
 
+    def group_age_limit(self, product: str, request: Request) -> float:
+        """T of a pod group asking ``product`` like ``request``: the product's own limit, else
+        ``default_age_limit``, else the strategy's for groups."""
+        limit = self.age_limits.get(product)
+        if limit is not None:
+            return limit
+        if self.default_age_limit is not None:
+            return self.default_age_limit
+        return self.strategy.group_age_limit(request)
+
     def starving(self, claim: WaitingClaim, now: float) -> bool:
         """Has ``claim`` waited longer than its product's age limit?"""
         return now - claim.arrived_at > self.age_limit(claim.product, claim.request)
@@ -349,7 +359,7 @@ class ClaimQueue:
         if not _finite(now):
             raise QueueError(f"now must be a finite number, got {now!r}")
         return GroupView(now, self.ledger, self.policy, self._order, self._book, self.reservation_ttl,
-                         self._satisfiable, self.age_limit, self._groups.groups)
+                         self._satisfiable, self.age_limit, self._groups.groups, self.group_age_limit)
 
     # ---- the admission step ---------------------------------------------------------------------
 

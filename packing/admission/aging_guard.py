@@ -69,6 +69,9 @@ class AgingGuard:
     def default_age_limit(self, request: Request) -> float:
         return DEFAULT_AGE_LIMIT
 
+    def group_age_limit(self, request: Request) -> float:
+        return self.default_age_limit(request)
+
     def step(self, view: AdmissionView) -> list[Admission]:
         out: list[Admission] = []
         while self._pass(view, out):

@@ -48,3 +48,6 @@ class BestEffortFifo:
 
     def default_age_limit(self, request: Request) -> float:
         return DEFAULT_AGE_LIMIT  # it does not age claims; the queue reports this T
+
+    def group_age_limit(self, request: Request) -> float:
+        return self.default_age_limit(request)

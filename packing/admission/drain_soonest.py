@@ -148,6 +148,9 @@ class DrainSoonest:
             return SLICE_AGE_LIMIT
         return SMALL_SLICE_AGE_LIMIT if request.milli <= SMALL_SLICE_MILLI else SLICE_AGE_LIMIT
 
+    def group_age_limit(self, request: Request) -> float:
+        return self.default_age_limit(request)  # a group holds several GPUs, as a multi-card head does
+
     def gpu_targets(self) -> dict[str, GpuTarget]:
         """After the last step: each head -> the GPUs held for it (its shape's targets, the likeliest
         to free first shown for the oldest head) and how soon they should free."""

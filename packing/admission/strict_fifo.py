@@ -47,6 +47,9 @@ class StrictFifo:
     def default_age_limit(self, request: Request) -> float:
         return DEFAULT_AGE_LIMIT  # it does not age claims; the queue reports this T
 
+    def group_age_limit(self, request: Request) -> float:
+        return self.default_age_limit(request)
+
 
 class _HeadOfLine:
     """Explain: every claim that fits behind the first one that does not is blocked by it."""

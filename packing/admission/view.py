@@ -115,3 +115,7 @@ class Strategy(Protocol):
 
     def default_age_limit(self, request: Request) -> float:
         """T of a product the queue was given no age limit for (requests like ``request``)."""
+
+    def group_age_limit(self, request: Request) -> float:
+        """T of a pod group whose members ask like ``request`` (a product given no age limit): past it the
+        group front holds capacity for the group (``packing.group_admission``)."""

@@ -130,6 +130,11 @@ class WorstFirst:
     def default_age_limit(self, request: Request) -> float:
         return 0.0  # every product in line for a target from its arrival: the order is the queue's
 
+    def group_age_limit(self, request: Request) -> float:
+        # a group's hold is strict (all its GPUs at once, nothing backfills them): the clock's ceiling D,
+        # not its learned H, so a gang never holds free cards from its arrival
+        return self.clock.max_clock
+
 
 class _Words:
     """What explain says under worst-first (``packing.admission.drain_soonest.HeadWords``)."""

@@ -285,7 +285,7 @@ def test_gpuslice_queue_shows_the_group_and_its_members() -> None:
     row = waiting_of(shown, clock.now)
     assert row is not None and (row.group, row.members) == ("train", "1/3")
     lines = table([row], all_namespaces=False).splitlines()
-    assert lines[0].split() == ["NAME", "POSITION", "PRODUCT", "GROUP", "REASON", "WAITED", "MESSAGE"]
+    assert lines[0].split() == ["NAME", "POSITION", "PRODUCT", "GROUP", "REASON", "WAITED", "EXPECTED", "MESSAGE"]
     assert "train (1/3)" in lines[1]
     assert '"group": {\n        "name": "train",\n        "present": 1,\n        "size": 3\n      }' in as_json([row])
 
