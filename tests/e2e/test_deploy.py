@@ -32,6 +32,7 @@ import pytest
 import yaml
 
 from extender.certs.plan import METRICS_SECRET
+from packing.claims import DEFAULT_ADMISSION
 from packing.kube.client import Kube, KubeError
 from packing.policies import DEFAULT_POLICY
 from tests.chart.helm import HelmUnavailable, helm_binary, objects, template
@@ -315,7 +316,8 @@ def test_gpuslice_status_reaches_the_tls_service_with_the_charts_secrets_and_set
     assert settings["GPUSLICE_STATUS_SERVER_NAME"] == "gpuslice-extender.gpuslice-system.svc"
     out = run_cli(gs.kubeconfig, "status", env={**settings, "HOME": str(gs.work)})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith(f"mode strict, policy {DEFAULT_POLICY}, ready; "), out.stdout  # the chart's
+    assert out.stdout.startswith(f"mode strict, policy {DEFAULT_POLICY}, admission {DEFAULT_ADMISSION}, ready; "), \
+        out.stdout  # the chart's
     wrong = run_cli(gs.kubeconfig, "status", env={**settings, "GPUSLICE_STATUS_SERVER_NAME": "someone-else.svc",
                                                  "HOME": str(gs.work)})
     assert wrong.returncode == 1 and "certificate" in wrong.stderr.lower(), wrong.stderr
