@@ -64,8 +64,9 @@ def check_members(kube: Kube, pod: Pod, tag: MemberOf, scheduler: str | None) ->
     disagree (InvalidGroup) and says so."""
     namespace = (pod.get("metadata") or {}).get("namespace") or "default"
     try:
+        # a consistent list, not resourceVersion=0: the cache may not yet hold the member created just before
         others = kube.request("GET", f"/api/v1/namespaces/{q(namespace)}/pods", query={
-            "labelSelector": f"{GROUP_LABEL}={tag.name}", "resourceVersion": "0"}).get("items") or []
+            "labelSelector": f"{GROUP_LABEL}={tag.name}"}).get("items") or []
     except KubeError as e:
         log.warning("webhook: cannot list pod group %s/%s to check a new member: %s", namespace, tag.name, e)
         return
