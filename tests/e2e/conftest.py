@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from packing.kube.client import Kube
+
+from . import gpuslice_harness as h
 from .cluster import ControlPlane, ControlPlaneError, create_namespace
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -88,6 +91,33 @@ def scheduler(control_plane: ControlPlane) -> Iterator[ControlPlane]:
 def namespace(control_plane: ControlPlane) -> str:
     """A fresh namespace for one test (never fully deleted: no namespace controller)."""
     return create_namespace(control_plane.api_client())
+
+
+# ---- for modules that install gpuslice as a module-scoped ``gs`` fixture ------------------------------
+
+@pytest.fixture
+def kube(gs: h.Gpuslice) -> Kube:
+    return gs.kube
+
+
+@pytest.fixture
+def nodes(gs: h.Gpuslice) -> Iterator[list[str]]:
+    """Node names this test creates; deleted afterwards (with their ResourceSlices)."""
+    made: list[str] = []
+    yield made
+    h.delete_nodes(gs.kube, made)
+
+
+@pytest.fixture
+def ns(gs: h.Gpuslice, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace named by the module's ``NAMESPACE_PREFIX``; its pods are deleted afterwards
+    (their slices free). gpuslice's logs are printed when the test failed."""
+    name = create_namespace(gs.cp.api_client(), getattr(request.module, "NAMESPACE_PREFIX", "gs"))
+    failed_before = request.session.testsfailed
+    yield name
+    if request.session.testsfailed > failed_before:
+        print(gs.logs())
+    h.clear_namespace(gs.kube, name)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -575,6 +575,17 @@ def delete_now(kube: Kube, namespace: str, name: str) -> None:
             raise
 
 
+def add_nodes(gs: Gpuslice, made: list[str], count: int, gpus: int, prefix: str) -> list[str]:
+    """``count`` nodes of ``gpus`` V100 each, named ``prefix-i`` and added to ``made``; returns once the
+    extender's ledger has them all (it learns nodes from its watch)."""
+    names = [f"{prefix}-{i}" for i in range(count)]
+    for name in names:
+        gpu_node(gs.kube, gs.cp.api_client(), name, gpus)
+        made.append(name)
+    poll(lambda: set(names) <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
+    return names
+
+
 def delete_nodes(kube: Kube, names: Iterable[str]) -> None:
     for name in names:
         for path in (f"/api/v1/nodes/{q(name)}", f"/apis/resource.k8s.io/v1/resourceslices/{q(name)}-gpuslice"):

@@ -25,7 +25,7 @@ from packing.kube.client import MERGE_PATCH, Kube, KubeError
 from packing.queue import REASONS
 
 from . import gpuslice_harness as h
-from .cluster import ControlPlane, create_namespace
+from .cluster import ControlPlane
 
 pytestmark = pytest.mark.e2e
 
@@ -53,44 +53,13 @@ def gs(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         g.stop()
 
 
-@pytest.fixture
-def kube(gs: h.Gpuslice) -> Kube:
-    return gs.kube
-
-
-@pytest.fixture
-def nodes(gs: h.Gpuslice) -> Iterator[list[str]]:
-    """Node names this test creates; deleted afterwards (with their ResourceSlices)."""
-    made: list[str] = []
-    yield made
-    h.delete_nodes(gs.kube, made)
-
-
-@pytest.fixture
-def ns(gs: h.Gpuslice, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh namespace; its pods are deleted afterwards (their slices free). Logs shown on failure."""
-    name = create_namespace(gs.cp.api_client(), "gs")
-    failed_before = request.session.testsfailed
-    yield name
-    if request.session.testsfailed > failed_before:
-        print(gs.logs())
-    h.clear_namespace(gs.kube, name)
-
-
-def add_nodes(gs: h.Gpuslice, made: list[str], count: int, gpus: int, prefix: str) -> list[str]:
-    names = [f"{prefix}-{i}" for i in range(count)]
-    for name in names:
-        h.gpu_node(gs.kube, gs.cp.api_client(), name, gpus)
-        made.append(name)
-    # the extender learns nodes from its watch: wait until its ledger has them all
-    h.poll(lambda: set(names) <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
-    return names
+NAMESPACE_PREFIX = "gs"  # conftest.py's ``ns`` fixture names this module's namespaces by it
 
 
 # ---- 1. best fit through the real scheduler ------------------------------------------------------
 
 def test_best_fit_through_filter_prioritize_bind(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    a, b = add_nodes(gs, nodes, 2, 2, "bf")
+    a, b = h.add_nodes(gs, nodes, 2, 2, "bf")
     order = [("half", "v100-50", None), ("quarter", "v100-25", None), ("whole", "v100-100", None),
              ("quarter-by-annotation", None, "v100-25"), ("half-2", "v100-50", None)]
     placed: dict[str, Any] = {}
@@ -135,7 +104,7 @@ def test_a_write_that_reads_nothing_back_gets_only_the_metadata(gs: h.Gpuslice, 
 def test_pending_is_explained_and_freed_slice_goes_to_head(
     gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
 ) -> None:
-    (node,) = add_nodes(gs, nodes, 1, 1, "q")
+    (node,) = h.add_nodes(gs, nodes, 1, 1, "q")
     running = [f"run-{i}" for i in range(4)]
     for name in running:
         h.create_pod(kube, ns, h.slice_pod(name, "v100-25"))
@@ -194,7 +163,7 @@ def test_pending_is_explained_and_freed_slice_goes_to_head(
 
 
 def test_entitlement_holds_a_namespace_to_its_share(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 1, 2, "ent")
+    h.add_nodes(gs, nodes, 1, 2, "ent")
     cm = {"apiVersion": "v1", "kind": "ConfigMap",
           "metadata": {"name": "gpuslice-entitlements", "namespace": h.SYSTEM_NS},
           "data": {ns: "v100-50=1"}}
@@ -260,7 +229,7 @@ def settled(gs: h.Gpuslice, kube: Kube, ns: str, total: int) -> dict[str, Any] |
 
 
 def test_sigkill_in_burst_then_ledger_equals_api(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 5, 4, "burst")  # 20 cards for ~92 cards of demand
+    h.add_nodes(gs, nodes, 5, 4, "burst")  # 20 cards for ~92 cards of demand
     ext = gs.extender
     failures: list[str] = []
     deadline = time.monotonic() + 120
@@ -321,7 +290,7 @@ def test_sigkill_in_burst_then_ledger_equals_api(gs: h.Gpuslice, kube: Kube, nod
 def test_pod_deleted_while_down_is_freed_after_restart(
     gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
 ) -> None:
-    add_nodes(gs, nodes, 1, 1, "down")
+    h.add_nodes(gs, nodes, 1, 1, "down")
     h.create_pod(kube, ns, h.slice_pod("holder", "v100-100"))
     holder = h.wait_bound(kube, ns, "holder")
     h.create_pod(kube, ns, h.slice_pod("next", "v100-100"))
@@ -343,7 +312,7 @@ def test_pod_deleted_while_down_is_freed_after_restart(
 def test_dra_claim_is_placed_like_an_extended_resource(
     gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str
 ) -> None:
-    (node,) = add_nodes(gs, nodes, 1, 2, "dra")
+    (node,) = h.add_nodes(gs, nodes, 1, 2, "dra")
     h.apply(kube, h.resource_slice(node))
     template = {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
@@ -370,7 +339,7 @@ def test_dra_claim_is_placed_like_an_extended_resource(
 # ---- leader election: the standby is not ready; on the leader's crash it rebuilds and serves --------
 
 def test_standby_takes_over_after_leader_crash(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 1, 2, "ha")
+    h.add_nodes(gs, nodes, 1, 2, "ha")
     for name, product in (("x", "v100-50"), ("y", "v100-25"), ("z", "v100-100")):
         h.create_pod(kube, ns, h.slice_pod(name, product))
         h.wait_bound(kube, ns, name)
@@ -414,7 +383,7 @@ def test_mutual_tls_between_kube_scheduler_and_the_extender(
     import ssl
     import urllib.error
 
-    (node,) = add_nodes(gs, nodes, 1, 1, "mtls")
+    (node,) = h.add_nodes(gs, nodes, 1, 1, "mtls")
     h.create_pod(kube, ns, h.slice_pod("through-mtls", "v100-25"))
     bound = h.wait_bound(kube, ns, "through-mtls")  # filter and bind needed kube-scheduler's certificate
     assert h.node_of(bound) == node
@@ -497,7 +466,7 @@ def test_a_cordoned_node_takes_no_new_reservation_until_it_is_uncordoned(
 ) -> None:
     from packing.kube.client import MERGE_PATCH
 
-    (node,) = add_nodes(gs, nodes, 1, 1, "cordon")
+    (node,) = h.add_nodes(gs, nodes, 1, 1, "cordon")
 
     def cordon(flag: bool) -> None:
         kube.request("PATCH", f"/api/v1/nodes/{node}", {"spec": {"unschedulable": flag}}, content_type=MERGE_PATCH)

@@ -19,9 +19,9 @@ import pytest
 from packing.kube.client import MERGE_PATCH, Kube
 
 from . import gpuslice_harness as h
-from .cluster import ControlPlane, create_namespace
+from .cluster import ControlPlane
 from .test_gpuslice_cluster import note
-from .test_gpuslice_groups import add_nodes, member
+from .test_gpuslice_groups import member
 
 pytestmark = pytest.mark.e2e
 
@@ -43,26 +43,7 @@ def gs(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory,
         g.stop()
 
 
-@pytest.fixture
-def kube(gs: h.Gpuslice) -> Kube:
-    return gs.kube
-
-
-@pytest.fixture
-def nodes(gs: h.Gpuslice) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    h.delete_nodes(gs.kube, made)
-
-
-@pytest.fixture
-def ns(gs: h.Gpuslice, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = create_namespace(gs.cp.api_client(), "ready")
-    failed_before = request.session.testsfailed
-    yield name
-    if request.session.testsfailed > failed_before:
-        print(gs.logs())
-    h.clear_namespace(gs.kube, name)
+NAMESPACE_PREFIX = "ready"  # conftest.py's ``ns`` fixture names this module's namespaces by it
 
 
 def play_kubelet(kube: Kube, ns: str, name: str, status: dict[str, Any]) -> None:
@@ -79,7 +60,7 @@ def held(gs: h.Gpuslice, ns: str, names: list[str]) -> set[str]:
 def test_a_bound_group_not_running_in_time_is_told_and_evicted_when_asked(
         gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
     evicts: bool = gs.evicts  # type: ignore[attr-defined]
-    add_nodes(gs, nodes, 1, 2, "ready")
+    h.add_nodes(gs, nodes, 1, 2, "ready")
     names = ["late-0", "late-1"]
     for name in names:
         doc = member(name, "late", 2)

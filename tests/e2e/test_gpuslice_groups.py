@@ -21,7 +21,7 @@ import pytest
 from packing.kube.client import Kube, KubeError
 
 from . import gpuslice_harness as h
-from .cluster import ControlPlane, create_namespace
+from .cluster import ControlPlane
 from .test_gpuslice_cluster import note
 
 pytestmark = pytest.mark.e2e
@@ -40,35 +40,7 @@ def gs(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
         g.stop()
 
 
-@pytest.fixture
-def kube(gs: h.Gpuslice) -> Kube:
-    return gs.kube
-
-
-@pytest.fixture
-def nodes(gs: h.Gpuslice) -> Iterator[list[str]]:
-    made: list[str] = []
-    yield made
-    h.delete_nodes(gs.kube, made)
-
-
-@pytest.fixture
-def ns(gs: h.Gpuslice, request: pytest.FixtureRequest) -> Iterator[str]:
-    name = create_namespace(gs.cp.api_client(), "gang")
-    failed_before = request.session.testsfailed
-    yield name
-    if request.session.testsfailed > failed_before:
-        print(gs.logs())
-    h.clear_namespace(gs.kube, name)
-
-
-def add_nodes(gs: h.Gpuslice, made: list[str], count: int, gpus: int, prefix: str) -> list[str]:
-    names = [f"{prefix}-{i}" for i in range(count)]
-    for name in names:
-        h.gpu_node(gs.kube, gs.cp.api_client(), name, gpus)
-        made.append(name)
-    h.poll(lambda: set(names) <= {n["name"] for n in gs.extender.state()["nodes"]}, 20, "nodes in the ledger")
-    return names
+NAMESPACE_PREFIX = "gang"  # conftest.py's ``ns`` fixture names this module's namespaces by it
 
 
 def member(name: str, group: str, size: int, product: str = "v100-100", cpu: str | None = None) -> dict[str, Any]:
@@ -118,7 +90,7 @@ def waiting_reason(kube: Kube, ns: str, name: str, reason: str, timeout: float =
 
 def test_four_and_three_whole_cards_on_three_free_cards(gs: h.Gpuslice, kube: Kube, nodes: list[str],
                                                          ns: str) -> None:
-    add_nodes(gs, nodes, 2, 4, "gang")
+    h.add_nodes(gs, nodes, 2, 4, "gang")
     fillers = fill(kube, ns, 5)  # 3 of the 8 cards free
     four = [f"four-{i}" for i in range(4)]
     three = [f"three-{i}" for i in range(3)]
@@ -160,7 +132,7 @@ def test_four_and_three_whole_cards_on_three_free_cards(gs: h.Gpuslice, kube: Ku
 
 
 def test_a_member_deleted_while_its_group_waits(gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 1, 2, "wait")
+    h.add_nodes(gs, nodes, 1, 2, "wait")
     fillers = fill(kube, ns, 2)
     h.create_pod(kube, ns, member("pair-0", "pair", 2))
     h.create_pod(kube, ns, member("pair-1", "pair", 2))
@@ -181,7 +153,7 @@ def test_a_member_deleted_while_its_group_waits(gs: h.Gpuslice, kube: Kube, node
 
 def test_a_member_kube_scheduler_cannot_place_binds_none_and_the_group_goes_back(
         gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 1, 2, "stuck")
+    h.add_nodes(gs, nodes, 1, 2, "stuck")
     h.create_pod(kube, ns, member("stuck-0", "stuck", 2))
     h.create_pod(kube, ns, member("stuck-1", "stuck", 2, cpu="64"))  # more CPU than any node: never bound
     started = time.monotonic()
@@ -261,7 +233,7 @@ def refuse_bindings(kube: Kube, ns: str, prefix: str) -> Iterator[None]:
 
 def test_a_binding_the_api_server_refuses_puts_the_member_back_with_an_event_and_it_binds_once_accepted(
         gs: h.Gpuslice, kube: Kube, nodes: list[str], ns: str) -> None:
-    add_nodes(gs, nodes, 1, 2, "refuse")
+    h.add_nodes(gs, nodes, 1, 2, "refuse")
     with refuse_bindings(kube, ns, "refused-"):
         h.create_pod(kube, ns, member("ok-0", "flaky", 2))
         h.create_pod(kube, ns, member("refused-1", "flaky", 2))
