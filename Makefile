@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test chart manifests image e2e e2e-node bench bench-e2e bench-e2e-guard bench-fairness sweep-a fuzz lint typecheck check clean interposer
+.PHONY: demo test chart manifests image image-scheduler image-archives e2e-install e2e e2e-node bench bench-e2e bench-e2e-guard bench-fairness sweep-a fuzz lint typecheck check clean interposer
 
 $(STAMP): pyproject.toml $(wildcard enforcement/kubeletapi/protos/*.proto)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,14 +30,44 @@ chart: $(STAMP)
 manifests: $(STAMP)
 	$(BIN)/python -m tests.chart.helm
 
-## image: the extender and agent images (deploy/images/*.Containerfile) with podman, docker or buildah
+## image: the extender and agent images (deploy/images/*.Containerfile) with podman, buildah or docker, named
+## $(IMAGE_REGISTRY)/gpuslice-{extender,agent}:$(IMAGE_TAG) as the chart names them; PYTHON_IMAGE and LIMITER_IMAGE
+## choose the base images (deploy/images/debian-base.sh makes both from Debian packages, without a registry)
 IMAGE_TAG ?= $(shell sed -n 's/^appVersion: "\(.*\)"/\1/p' deploy/chart/Chart.yaml)
-IMAGE_REGISTRY ?=
-BUILDER ?= $(shell command -v podman || command -v docker || command -v buildah)
+IMAGE_REGISTRY ?= localhost
+PYTHON_IMAGE ?=
+LIMITER_IMAGE ?=
+BUILDER ?= $(shell command -v podman || command -v buildah || command -v docker)
+REGISTRY_PREFIX = $(patsubst %/,%,$(IMAGE_REGISTRY))
+KUBE_VERSION := $(shell sed -n 's/^KUBE_VERSION="\(v[^"]*\)".*/\1/p' deploy/e2e/build-kube.sh)
+IMAGE_ARGS = $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE)) $(if $(LIMITER_IMAGE),--build-arg LIMITER_IMAGE=$(LIMITER_IMAGE))
 image:
-	@test -n "$(BUILDER)" || { echo "make image: no podman, docker or buildah on this machine (set BUILDER=...)"; exit 2; }
-	$(BUILDER) build -f deploy/images/extender.Containerfile -t $(IMAGE_REGISTRY)gpuslice-extender:$(IMAGE_TAG) .
-	$(BUILDER) build -f deploy/images/agent.Containerfile -t $(IMAGE_REGISTRY)gpuslice-agent:$(IMAGE_TAG) .
+	@test -n "$(BUILDER)" || { echo "make image: no podman, buildah or docker on this machine (set BUILDER=...)"; exit 2; }
+	$(BUILDER) build $(IMAGE_ARGS) -f deploy/images/extender.Containerfile -t $(REGISTRY_PREFIX)/gpuslice-extender:$(IMAGE_TAG) .
+	$(BUILDER) build $(IMAGE_ARGS) -f deploy/images/agent.Containerfile -t $(REGISTRY_PREFIX)/gpuslice-agent:$(IMAGE_TAG) .
+
+## image-scheduler: $(IMAGE_REGISTRY)/kube-scheduler:$(KUBE_VERSION), the pinned kube-scheduler built from its Go module
+## (deploy/e2e/build-kube.sh, cached) in an image FROM scratch: for clusters that cannot pull registry.k8s.io's
+image-scheduler:
+	@test -n "$(BUILDER)" || { echo "make image-scheduler: no podman, buildah or docker on this machine (set BUILDER=...)"; exit 2; }
+	rm -rf build/kube-scheduler && mkdir -p build/kube-scheduler
+	cp "$$(deploy/e2e/build-kube.sh | tail -1)/kube-scheduler" build/kube-scheduler/
+	$(BUILDER) build -f deploy/images/kube-scheduler.Containerfile -t $(REGISTRY_PREFIX)/kube-scheduler:$(KUBE_VERSION) build/kube-scheduler
+
+## image-archives: the images above as OCI archives in build/images/, for nodes that load them without a
+## registry (`ctr -n k8s.io images import build/images/<name>.tar`, README "Install")
+IMAGE_NAMES = gpuslice-extender:$(IMAGE_TAG) gpuslice-agent:$(IMAGE_TAG) kube-scheduler:$(KUBE_VERSION)
+image-archives:
+	@test -n "$(BUILDER)" || { echo "make image-archives: no podman, buildah or docker on this machine (set BUILDER=...)"; exit 2; }
+	mkdir -p build/images
+	@set -e; for name in $(IMAGE_NAMES); do \
+	  ref=$(REGISTRY_PREFIX)/$$name; out=build/images/$$(echo $$name | tr : -).tar; rm -f $$out; \
+	  case "$$(basename $(BUILDER))" in \
+	    buildah) echo "buildah push $$ref oci-archive:$$out:$$ref"; buildah push --quiet $$ref oci-archive:$$out:$$ref ;; \
+	    docker) echo "docker save -o $$out $$ref"; docker save -o $$out $$ref ;; \
+	    *) echo "$(BUILDER) save --format oci-archive -o $$out $$ref"; $(BUILDER) save --quiet --format oci-archive -o $$out $$ref ;; \
+	  esac; \
+	done
 
 ## e2e: real etcd + kube-apiserver + kube-scheduler, built from pinned sources (cached)
 e2e: $(STAMP)
@@ -46,6 +76,12 @@ e2e: $(STAMP)
 ## e2e-node: a real kubelet on containerd 2.x + runc (root, real cgroups), the agent on its sockets
 e2e-node: $(STAMP)
 	$(BIN)/python -m pytest -q tests/e2e_node
+
+## e2e-install: README's install, check, first slice, upgrade and uninstall, run as written on a full cluster of
+## this machine (kube-controller-manager, kube-proxy, CoreDNS, a kubelet on containerd; build-kube.sh install, cached)
+## with the images built and loaded without a registry (root; podman or buildah, mmdebstrap, iptables)
+e2e-install: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e_install
 
 ## fuzz: the extender's wire fuzz at 4 x 25 000 = 100 000 cases (make test runs a few hundred); prints the tally
 fuzz: $(STAMP)

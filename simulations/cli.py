@@ -26,10 +26,12 @@ from simulations.engine import EngineConfig, EngineError
 from simulations.inputs import Inputs, job_pool, load_inputs
 from simulations.options import (
     PLAN_RULES,
+    PLOTS_EXTRA,
     SIMULATE_RULES,
     AdmissionChoice,
     UsageError,
     check_admission_products,
+    check_plots,
     chosen_admissions,
     chosen_policies,
     chosen_ties,
@@ -44,6 +46,7 @@ from simulations.options import (
     parse_rho,
     parse_seeds,
     parse_target,
+    plots_missing,
     protocol_a_options,
     queue_options,
     scheduler_options,
@@ -125,6 +128,9 @@ def simulate_main(argv: Sequence[str]) -> int:
             return command_cluster.simulate_from_cluster(ap, args)
         command_cluster.refuse_inapplicable(ap, args)
         inputs = load_inputs(args)
+        check_plots(args.plots, "--plots")
+        if args.out and not args.plots and plots_missing():
+            print(f"simulate: no plots in {args.out} (matplotlib is not installed: {PLOTS_EXTRA})", file=sys.stderr)
         json_path, csv_path, plots_dir = output_paths(args)
         given = {"json": args.json, "csv": args.csv, "plots": args.plots}
         named = {key: f"--{key}" if value else "--out" for key, value in given.items()}  # the flag each came from
@@ -476,6 +482,7 @@ def _plan_any(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     inputs = load_inputs(args)  # one load and one pod list (PLAN_RULES)
+    check_plots(args.plot, "--plot")
     check_outputs([(args.json, "the plan (--json)"), (args.plot, "the plot (--plot)")], [])
     catalog = _catalog(args)
     rounding = args.rounding or "slices"

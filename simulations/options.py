@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib.util
 import math
 import os
 import re
@@ -481,12 +482,27 @@ def chosen_admissions(args: argparse.Namespace) -> list[AdmissionChoice]:
     return [parse_admission(spec) for spec in specs]
 
 
+PLOTS_EXTRA = "pip install 'gpuslice[plots]'"
+
+
+def plots_missing() -> bool:
+    """True where matplotlib (the ``plots`` extra) is not installed: the images and a plain install leave it out."""
+    return importlib.util.find_spec("matplotlib") is None
+
+
+def check_plots(given: str | None, flag: str) -> None:
+    """An explicit plot output without matplotlib is refused before any work, saying how to get it."""
+    if given and plots_missing():
+        raise UsageError(f"{flag} needs matplotlib, which is not installed: {PLOTS_EXTRA} (or leave {flag} out)")
+
+
 def output_paths(args: argparse.Namespace) -> tuple[str | None, str | None, str | None]:
-    """JSON path, CSV path and plot folder; ``--out DIR`` fills those not given."""
+    """JSON path, CSV path and plot folder; ``--out DIR`` fills those not given (the plots only where
+    matplotlib is installed: ``--out`` then writes the results alone)."""
     json_path, csv_path, plots = args.json, args.csv, args.plots
     if args.out:
         out = Path(args.out)
         json_path = json_path or str(out / "results.json")
         csv_path = csv_path or str(out / "results.csv")
-        plots = plots or str(out)
+        plots = plots or (None if plots_missing() else str(out))
     return json_path, csv_path, plots

@@ -145,3 +145,42 @@ def test_the_wheel_the_images_install_builds_and_imports(tmp_path: Path) -> None
         ran = subprocess.run([sys.executable, "-m", "packing.cli", *command], capture_output=True, text=True,
                              timeout=120, cwd=tmp_path, env=env)
         assert ran.returncode == 0, (command, ran.stderr[-2000:])
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_the_image_copies_one_venv_and_runs_nothing_that_would_leave_a_dead_layer(name: str) -> None:
+    """Issue #26 defect 9: a `COPY /wheels` layer that the next `rm -rf` could not shrink (71 MB)."""
+    steps = instructions(IMAGES / name)
+    final = steps[max(i for i, (w, _) in enumerate(steps) if w == "FROM"):]
+    assert [w for w, _ in final if w == "RUN"] == []  # nothing installed, so nothing to clean, in the image itself
+    copies = [rest for w, rest in final if w == "COPY"]
+    assert copies[0] == "--from=build /opt/gpuslice /opt/gpuslice"
+    assert all(c.startswith("--from=") for c in copies)
+    assert any(w == "ENV" and rest.startswith("PATH=/opt/gpuslice/bin:") for w, rest in final)
+
+
+def test_the_servers_dependencies_leave_plotting_to_an_extra() -> None:
+    """Issue #26 defect 9: matplotlib and with it numpy, pillow and fonttools (135 MB) in every image."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=\[ ]", d)[0].lower() for d in project["dependencies"]]
+    assert not {"matplotlib", "numpy", "pillow", "fonttools"} & set(names)
+    assert project["optional-dependencies"]["plots"] == ["matplotlib>=3.8"]
+
+
+def test_make_image_names_the_images_as_the_chart_does() -> None:
+    """`make image` tags `<registry>/gpuslice-<part>:<appVersion>`; the chart's default registry is localhost."""
+    out = subprocess.run(["make", "-n", "-C", str(REPO), "image", "image-scheduler", "BUILDER=podman",
+                          "IMAGE_REGISTRY=registry.example.com/platform/", "PYTHON_IMAGE=base:1", "LIMITER_IMAGE=cc:1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    values = yaml.safe_load((REPO / "deploy" / "chart" / "values.yaml").read_text())["images"]
+    tags = set(re.findall(r" -t (\S+)", out.stdout))
+    version = re.search(r'appVersion: "(.*)"', (REPO / "deploy" / "chart" / "Chart.yaml").read_text()).group(1)  # type: ignore[union-attr]
+    assert tags == {f"registry.example.com/platform/{values[p]['repository']}:{values[p]['tag'] or version}"
+                    for p in ("extender", "agent", "scheduler")}
+    assert "--build-arg PYTHON_IMAGE=base:1 --build-arg LIMITER_IMAGE=cc:1" in out.stdout
+    assert values["extender"]["registry"] == values["agent"]["registry"] == "localhost"
+    default = subprocess.run(["make", "-n", "-C", str(REPO), "image", "BUILDER=podman"], capture_output=True, text=True,
+                             timeout=60).stdout
+    assert set(re.findall(r" -t (\S+)", default)) == {f"localhost/gpuslice-extender:{version}",
+                                                      f"localhost/gpuslice-agent:{version}"}

@@ -291,3 +291,22 @@ def test_protocol_b_borrows_runtimes_for_pod_lists_without_times(openb: tuple[Pa
                           "--allow-missed-load"]) == 0  # 100 jobs offer a rough load: fine for this test
     assert json.loads((tmp_path / "m.json").read_text())["runs"][0]["waits"]["all"]["jobs"] == 100
     assert simulate_main([*base, "--runtimes-from", str(pods), "--arrivals", "trace"]) == 2
+
+
+def test_without_the_plots_extra_results_are_written_and_plots_asked_for_are_refused_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The images and a plain `pip install gpuslice` have no matplotlib: say how to get it, lose nothing."""
+    from simulations import options
+
+    monkeypatch.setattr(options, "plots_missing", lambda: True)
+    monkeypatch.setattr("simulations.cli.plots_missing", lambda: True)
+    common = ["--jobs", "300", "--cards", "8", "--seeds", "1"]
+    assert simulate_main([*common, "--plots", str(tmp_path / "p")]) == 2
+    err = capsys.readouterr().err
+    assert "--plots needs matplotlib" in err and "pip install 'gpuslice[plots]'" in err
+    assert not (tmp_path / "p").exists()  # refused before any work
+    assert simulate_main([*common, "--out", str(tmp_path / "out")]) == 0
+    assert "no plots in" in capsys.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["results.csv", "results.json"]
+    assert plan_main(["--jobs", "300", "--ref-cards", "8", "--seeds", "1", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--plot needs matplotlib" in capsys.readouterr().err
