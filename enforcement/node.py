@@ -119,30 +119,40 @@ class NodeSide:
     problem: str = ""  # a part that could not start at all
 
     def healthy(self) -> tuple[bool, str]:
+        ok, why, _ = self.state()
+        return ok, why
+
+    def state(self) -> tuple[bool, str, bool]:
+        """(healthy, why not, failed): a part that has not finished its first attempt yet is unhealthy
+        but has not failed (it has no error to name); one whose attempt failed says why."""
         if self.problem:
-            return False, self.problem
-        if not self.inventory.published:
-            return False, f"inventory not published: {self.inventory.last_error}"
-        if self.slices is not None and not self.slices.synced and not self.slices.unsupported:
-            return False, f"ResourceSlice not published: {self.slices.last_error}"
-        if self.device_plugins is not None and not self.device_plugins.healthy:
-            return False, f"device plugins: {self.device_plugins.last_error}"
+            return False, self.problem, True
+        parts = [(self.inventory.published, "inventory not published", self.inventory.last_error)]
+        if self.slices is not None and not self.slices.unsupported:
+            parts.append((self.slices.synced, "ResourceSlice not published", self.slices.last_error))
+        if self.device_plugins is not None:
+            parts.append((self.device_plugins.healthy, "device plugins", self.device_plugins.last_error))
+        for ok, what, error in parts:
+            if not ok:
+                return (False, f"{what}: {error}", True) if error else (False, f"starting: {what} yet", False)
         # a runtime without NRI is a configuration (logged at start), a lost NRI connection a fault
         if self.nri is not None and self.nri.ever_connected and not self.nri.connected.is_set():
-            return False, f"NRI plugin lost the runtime: {self.nri.last_error}"
-        return True, "ok"
+            return False, f"NRI plugin lost the runtime: {self.nri.last_error or 'connection closed'}", True
+        return True, "ok", False
 
-    def report(self, every_s: float = 5.0) -> None:
-        """Log the node side's state whenever it changes (run it in a thread). The agent's /healthz
-        is the watchdog's: a kubelet plugin that cannot do its job must not get the agent restarted."""
+    def report(self, every_s: float = 5.0, poll_s: float = 0.2) -> None:
+        """Log the node side's state whenever it changes (run it in a thread): an ERROR only for a part
+        that failed, naming why; while parts are still starting, INFO. The agent's /healthz is the
+        watchdog's: a kubelet plugin that cannot do its job must not get the agent restarted."""
         said = ""
         while not self.stop.is_set():
-            ok, why = self.healthy()
+            ok, why, failed = self.state()
             state = "ok" if ok else why
             if state != said:
-                (log.info if ok else log.error)("node side: %s", state)
+                (log.error if failed else log.info)("node side: %s", state)
                 said = state
-            self.stop.wait(every_s)
+            # while starting, look again soon: "ok" follows within moments, not a report period later
+            self.stop.wait(every_s if ok or failed else poll_s)
 
     def close(self) -> None:
         self.stop.set()
