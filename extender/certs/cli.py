@@ -77,6 +77,9 @@ def _parser() -> CommandParser:
                       help="CA rotation, step 3 (after --renew): trust only the signing CA")
     ap.add_argument("--wait-webhook", type=non_negative_number, default=0.0, metavar="SECONDS",
                     help="wait this long for the webhook configuration to exist (default 0: note it and go on)")
+    ap.add_argument("--secrets-only", action="store_true",
+                    help="make or renew the Secrets only, leaving the webhook's caBundle to a later run (the chart's "
+                         "pre-install hook: the webhook does not exist yet, and its role may not read it)")
     ap.add_argument("--restart", action="store_true",
                     help="when a certificate changed, restart the extender and kube-scheduler Deployments "
                          "(rolling) so they load it")
@@ -151,15 +154,18 @@ def _restart(kube: Kube, namespace: str, now: datetime) -> list[str]:
     return done
 
 
-def run(kube: Kube, options: Options, *, webhook: str, wait_s: float, restart: bool, now: datetime) -> Plan:
-    """One run against the API; the plan it carried out (KubeError / PlanError when it could not)."""
+def run(kube: Kube, options: Options, *, webhook: str | None, wait_s: float, restart: bool, now: datetime) -> Plan:
+    """One run against the API; the plan it carried out (KubeError / PlanError when it could not). No
+    ``webhook``: the Secrets only."""
     names = (CA_SECRET, SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET)
     current, objects = _read(kube, options.namespace, names)
     decided = plan(current, options, now)
     for name in names:  # the CA first: a run cut short leaves a CA the next run reuses
         if name in decided.changed:
             _write(kube, options.namespace, name, decided.secrets[name], objects[name])
-    notes = [*decided.notes, _set_ca_bundle(kube, webhook, decided.bundle, wait_s)]
+    bundle = (_set_ca_bundle(kube, webhook, decided.bundle, wait_s) if webhook is not None
+              else "the webhook's caBundle: left to the next run (--secrets-only)")
+    notes = [*decided.notes, bundle]
     if restart and decided.leaves_changed:
         notes += _restart(kube, options.namespace, now)
     return Plan(decided.secrets, decided.changed, tuple(notes), decided.warnings, decided.bundle)
@@ -181,7 +187,8 @@ def main(argv: Sequence[str]) -> int:
         print(f"gpuslice certs: cannot reach the API: {e}", file=sys.stderr)
         return 1
     try:
-        done = run(kube, options, webhook=args.webhook, wait_s=args.wait_webhook, restart=args.restart,
+        done = run(kube, options, webhook=None if args.secrets_only else args.webhook, wait_s=args.wait_webhook,
+                   restart=args.restart,
                    now=datetime.now(UTC))
     except PlanError as e:
         print(f"gpuslice certs: {e}; nothing was written", file=sys.stderr)

@@ -24,7 +24,8 @@ NAMESPACE = "gpuslice-system"
 
 # the plain manifests: file -> the --set pairs of its render (and the one template it shows, if any)
 RENDERS: dict[str, tuple[tuple[str, ...], str]] = {
-    "gpuslice.yaml": (("namespace.create=true",), ""),
+    # no pre-delete hook: without Helm nothing runs it (README's kubectl uninstall runs its check first)
+    "gpuslice.yaml": (("namespace.create=true", "uninstall.refuseWhileInUse=false"), ""),
     "monitoring.yaml": (("monitoring.prometheusRule.enabled=true", "monitoring.podMonitor.enabled=true"),
                         "templates/monitoring.yaml"),
 }

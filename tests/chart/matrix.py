@@ -10,7 +10,9 @@ from typing import Any
 
 MATRIX: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "manifests": {"namespace": {"create": True}},
+    "manifests": {"namespace": {"create": True}, "uninstall": {"refuseWhileInUse": False}},
+    # no registry at all: the images as `make image` names them, the scheduler's from the same place
+    "no-registry": {"images": {"registry": "localhost"}, "agent": {"simulatedGpus": 2}},
     "cooperative-spread": {"mode": "cooperative", "policy": "spread", "extender": {"replicas": 3}},
     "cooperative-weight": {"mode": "cooperative", "scheduler": {"extenderWeight": 200}, "policy": "frag-aware"},
     "cert-manager": {"tls": {"mode": "cert-manager"}, "monitoring": {"prometheusRule": {"enabled": True},
@@ -19,6 +21,7 @@ MATRIX: dict[str, dict[str, Any]] = {
                                     "certManager": {"issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer",
                                                                   "group": "cert-manager.io"}}}},
     "minimal": {"agent": {"enabled": False, "pacing": False}, "admission": {"enabled": False},
+                "uninstall": {"refuseWhileInUse": False},
                 "claimTemplates": {"namespaces": []}, "extender": {"replicas": 1}, "scheduler": {"replicas": 1}},
     "permissive-admission": {"admission": {"refuseBareGpu": {"enabled": False}, "refuseVirtualMachines": False},
                              "webhook": {"failurePolicy": "Ignore", "exemptNamespaces": ["kube-system", "monitoring"]}},
@@ -43,7 +46,7 @@ MATRIX: dict[str, dict[str, Any]] = {
                      "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                          "nodeSelectorTerms": [{"matchExpressions": [
                              {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]}]}}}},
-        "agent": {"extraArgs": ["--inventory-every", "10"]},
+        "agent": {"extraArgs": ["--inventory-every", "10"], "simulatedGpus": 3},
         "tls": {"bootstrap": {"leafDays": 90, "renewWithinDays": 20, "renewSchedule": "0 4 * * 1"}},
     },
 }

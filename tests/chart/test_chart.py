@@ -93,16 +93,23 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
     assert config["extenders"][0]["urlPrefix"] == "https://gpuslice-extender.gpuslice-system.svc:8888"
     assert config["extenders"][0]["managedResources"] == [] and config["extenders"][0]["ignorable"] is False
     # the catalog: one TOML for the extender and the agent, one DeviceClass per product, the same list in the policy
-    toml = one(objs, "ConfigMap", "gpuslice-catalog")["data"]["catalog.toml"]
+    catalog = one(objs, "ConfigMap", "gpuslice-catalog")["data"]
     products = [p["name"] for p in values["catalog"]["products"]]
-    assert [p["name"] for p in tomllib.loads(toml)["products"]] == products
+    assert [p["name"] for p in tomllib.loads(catalog["catalog.toml"])["products"]] == products
+    # the admission policies' params, in the same ConfigMap: they cannot disagree with the catalog
+    assert catalog["products"].split(",") == products
+    assert catalog["fractional"] == ",".join(p["name"] for p in values["catalog"]["products"] if p["milli"] < 1000)
     assert sorted(o["metadata"]["name"] for o in objs if o["kind"] == "DeviceClass") == sorted(
         f"{p}.gpuslice.io" for p in products)
     if values["admission"]["enabled"]:
         for name in ("gpuslice-workload-asks", "gpuslice-claims"):
             policy = one(objs, "ValidatingAdmissionPolicy", name)
             listed = next(v["expression"] for v in policy["spec"]["variables"] if v["name"] == "products")
-            assert re.findall(r"'([^']+)'", listed) == products
+            assert listed == "params.data.products.split(',')"
+            assert policy["spec"]["paramKind"] == {"apiVersion": "v1", "kind": "ConfigMap"}
+            binding = one(objs, "ValidatingAdmissionPolicyBinding", name)["spec"]["paramRef"]
+            assert binding == {"name": "gpuslice-catalog", "namespace": "gpuslice-system",
+                               "parameterNotFoundAction": "Allow"}
         policies = {o["metadata"]["name"] for o in objs if o["kind"] == "ValidatingAdmissionPolicy"}
         assert ("gpuslice-virtual-machines" in policies) == values["admission"]["refuseVirtualMachines"]
         # the allocation record: written by the extender's ServiceAccount alone, in every namespace
@@ -132,11 +139,22 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
     # TLS: the bootstrap Job and CronJob, or cert-manager's Certificates and its CA injection
     webhook = one(objs, "MutatingWebhookConfiguration", "gpuslice")
     assert "caBundle" not in webhook["webhooks"][0]["clientConfig"]
+    certs_jobs = {o["metadata"]["name"] for o in objs if o["kind"] in ("Job", "CronJob")} - {"gpuslice-uninstall-check"}
     if values["tls"]["mode"] == "bootstrap":
-        assert {"Job", "CronJob"} <= kinds and "Certificate" not in kinds
+        assert certs_jobs == {"gpuslice-certs-init", "gpuslice-certs", "gpuslice-certs-renew"}
+        assert "Certificate" not in kinds
+        # the Secrets exist before the pods that mount them (helm install --wait), the caBundle is set after
+        init = one(objs, "Job", "gpuslice-certs-init")
+        assert init["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert one(objs, "Job", "gpuslice-certs")["metadata"]["annotations"]["helm.sh/hook"] == \
+            "post-install,post-upgrade"
+        hooked = {(o["kind"], o["metadata"]["name"]) for o in objs
+                  if "pre-install" in ((o["metadata"].get("annotations") or {}).get("helm.sh/hook") or "")}
+        assert hooked == {("ServiceAccount", "gpuslice-certs-init"), ("Role", "gpuslice-certs-init"),
+                          ("RoleBinding", "gpuslice-certs-init"), ("Job", "gpuslice-certs-init")}
         assert "cert-manager.io/inject-ca-from" not in (webhook["metadata"].get("annotations") or {})
     else:
-        assert not {"Job", "CronJob"} & kinds
+        assert not certs_jobs
         certificates = {o["spec"]["secretName"]: o for o in objs if o["kind"] == "Certificate"}
         assert {"gpuslice-extender-tls", "gpuslice-scheduler-client-tls"} <= set(certificates)
         issuer = values["tls"]["certManager"]["issuerRef"] or {"name": "gpuslice-ca", "kind": "Issuer"}
@@ -151,16 +169,26 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
     if values["tls"]["mode"] == "cert-manager":
         certificates = {o["spec"]["secretName"]: o["spec"] for o in objs if o["kind"] == "Certificate"}
         assert certificates["gpuslice-metrics-client-tls"]["commonName"] == "gpuslice-metrics"
-    # images
-    registry = values["images"]["registry"].rstrip("/")
-    for name, obj in (("extender", extender), ("agent", None if "DaemonSet" not in kinds else
-                                              one(objs, "DaemonSet", "gpuslice-agent"))):
+    # images: images.registry for all three (the scheduler's too), else each image's own registry
+    mirror = values["images"]["registry"].rstrip("/")
+    for name, obj in (("extender", extender), ("scheduler", one(objs, "Deployment", "gpuslice-scheduler")),
+                      ("agent", None if "DaemonSet" not in kinds else one(objs, "DaemonSet", "gpuslice-agent"))):
         if obj is None:
             continue
         image = values["images"][name]
-        expected = f"{image['repository']}:{image['tag'] or '0.1.0'}"
-        assert containers(obj)[0]["image"] == (f"{registry}/{expected}" if registry else expected)
+        expected = f"{mirror or image['registry']}/{image['repository']}:{image['tag'] or '0.1.0'}"
+        assert containers(obj)[0]["image"] == expected
         assert containers(obj)[0]["imagePullPolicy"] == image["pullPolicy"]
+    if values["agent"]["enabled"]:
+        args = containers(one(objs, "DaemonSet", "gpuslice-agent"))[0]["args"]
+        count = values["agent"]["simulatedGpus"]
+        assert [a for a in args if a.startswith("--simulated-gpus")] == ([f"--simulated-gpus={count}"] if count else [])
+    # the uninstall check: a pre-delete hook unless turned off
+    checks = [o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "gpuslice-uninstall-check"]
+    assert len(checks) == int(values["uninstall"]["refuseWhileInUse"])
+    for job in checks:
+        assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+        assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--refuse"]
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))

@@ -181,3 +181,29 @@ def test_a_leaf_of_another_ca_is_not_signed_by_this_one() -> None:
     ca, other = new_ca("a", 10, NOW), new_ca("b", 10, NOW)
     leaf = issue(other, "x", server=False, days=5, now=NOW)
     assert signed_by(leaf.cert, other.cert) and not signed_by(leaf.cert, ca.cert)
+
+
+class _SecretsOnlyApi:
+    """Serves Secrets; any other path (the webhook's configuration) fails the test: the pre-install hook may not."""
+
+    def __init__(self) -> None:
+        self.secrets: dict[str, dict[str, object]] = {}
+
+    def get(self, path: str) -> dict[str, object] | None:
+        assert "/secrets/" in path, f"read {path}"
+        return self.secrets.get(path.rsplit("/", 1)[1])
+
+    def request(self, method: str, path: str, body: dict[str, object] | None = None, **_: object) -> dict[str, object]:
+        assert method == "POST" and path.endswith("/secrets") and body is not None, f"{method} {path}"
+        self.secrets[body["metadata"]["name"]] = body  # type: ignore[index]
+        return body
+
+
+def test_secrets_only_writes_the_four_secrets_and_never_reads_the_webhook() -> None:
+    """The chart's pre-install hook: the webhook does not exist yet and its Role may not read it."""
+    from extender.certs.cli import run
+
+    api = _SecretsOnlyApi()
+    done = run(api, Options(NS), webhook=None, wait_s=0, restart=False, now=NOW)  # type: ignore[arg-type]
+    assert set(api.secrets) == {CA_SECRET, SERVING_SECRET, CLIENT_SECRET, METRICS_SECRET}
+    assert any("--secrets-only" in note for note in done.notes)

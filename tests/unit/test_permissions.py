@@ -17,8 +17,10 @@ from .api_calls import Call, calls
 REPO = Path(__file__).resolve().parents[2]
 # component -> (its roles in the manifests, the code that runs under them)
 COMPONENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    "extender": (("gpuslice-extender",), ("extender/cluster", "extender/history")),
-    "certs": (("gpuslice-certs",), ("extender/certs",)),
+    # the chart's pre-delete hook runs `gpuslice slices` under the extender's service account
+    "extender": (("gpuslice-extender",), ("extender/cluster", "extender/history", "extender/slices.py")),
+    # gpuslice-certs-init: the pre-install hook's own Role (its Secrets only, before the release exists)
+    "certs": (("gpuslice-certs", "gpuslice-certs-init"), ("extender/certs",)),
     "agent": (("gpuslice-agent",), ("enforcement",)),
 }
 Grant = tuple[str, str, str]  # (group, resource, verb)
@@ -39,7 +41,8 @@ def granted(names: tuple[str, ...]) -> set[Grant]:
 
 
 def used(folders: tuple[str, ...]) -> tuple[dict[Grant, list[str]], list[str]]:
-    found, unresolved = calls(*folders)
+    found, unresolved = calls(*(f for f in folders if not f.endswith(".py")),
+                              files=tuple(f for f in folders if f.endswith(".py")))
     by_grant: dict[Grant, list[str]] = {}
     for c in sorted(found):
         by_grant.setdefault((c.group, c.resource, c.verb), []).append(c.where)

@@ -5,12 +5,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
-{{/* An image reference: images.registry, then the repository, then the tag (appVersion when empty). */}}
+{{/* An image reference: images.registry (a mirror of all three) if set, else the image's own registry, then
+the repository, then the tag (appVersion when empty). */}}
 {{- define "gpuslice.image" -}}
 {{- $image := index .root.Values.images .name -}}
 {{- $tag := $image.tag | default .root.Chart.AppVersion -}}
-{{- if and .root.Values.images.registry (ne .name "scheduler") -}}
-{{ printf "%s/%s:%s" (trimSuffix "/" .root.Values.images.registry) $image.repository $tag }}
+{{- $registry := .root.Values.images.registry | default $image.registry | trimSuffix "/" -}}
+{{- if $registry -}}
+{{ printf "%s/%s:%s" $registry $image.repository $tag }}
 {{- else -}}
 {{ printf "%s:%s" $image.repository $tag }}
 {{- end -}}
@@ -26,20 +28,25 @@ gpuslice-extender.{{ .Release.Namespace }}.svc
 gpuslice-webhook.{{ .Release.Namespace }}.svc
 {{- end -}}
 
-{{/* Product names of the catalog, as a CEL list literal: ['v100-25', 'v100-50']. */}}
-{{- define "gpuslice.celProducts" -}}
-[{{- range $i, $p := .Values.catalog.products }}{{ if $i }}, {{ end }}'{{ $p.name }}'{{ end -}}]
-{{- end -}}
-
-{{/* Product names of fractional products (less than a whole card), as a CEL list literal. */}}
-{{- define "gpuslice.celFractional" -}}
-[{{- $first := true }}{{ range .Values.catalog.products }}{{ if lt (int .milli) 1000 }}{{ if not $first }}, {{ end }}'{{ .name }}'{{ $first = false }}{{ end }}{{ end -}}]
-{{- end -}}
-
-{{/* The catalog's offer, for messages: "v100-25, v100-50, v100-100". */}}
-{{- define "gpuslice.productList" -}}
+{{/* Product names of the catalog, comma-separated: v100-25,v100-50,v100-100 (the admission policies' params). */}}
+{{- define "gpuslice.productNames" -}}
 {{- $names := list -}}{{- range .Values.catalog.products }}{{ $names = append $names .name }}{{ end -}}
-{{ join ", " $names }}
+{{ join "," $names }}
+{{- end -}}
+
+{{/* Product names of fractional products (less than a whole card), comma-separated. */}}
+{{- define "gpuslice.fractionalNames" -}}
+{{- $names := list -}}{{- range .Values.catalog.products }}{{ if lt (int .milli) 1000 }}{{ $names = append $names .name }}{{ end }}{{ end -}}
+{{ join "," $names }}
+{{- end -}}
+
+{{/* The admission policies' parameters: the catalog ConfigMap. Missing (only while an uninstall removes
+it before the policies), the policies do not apply: a missing catalog must never refuse every pod. */}}
+{{- define "gpuslice.catalogParams" -}}
+paramRef:
+  name: gpuslice-catalog
+  namespace: {{ .Release.Namespace }}
+  parameterNotFoundAction: Allow
 {{- end -}}
 
 {{/* Namespaces exempt from the webhook and the admission policies: the release's (ns) and the listed ones (extra). */}}
@@ -74,16 +81,21 @@ seccompProfile:
   type: RuntimeDefault
 {{- end -}}
 
-{{/* The pod of the certificate Job and CronJob: `gpuslice certs` in the extender's image. */}}
+{{/* The pod of the certificate Jobs and CronJob: `gpuslice certs` in the extender's image. "init" (Helm's
+pre-install and pre-upgrade hook: the Secrets before the pods that mount them) runs under the hook's own
+service account and neither waits for the webhook nor restarts anything; the others set the webhook's
+caBundle and restart the readers of a certificate that changed. */}}
 {{- define "gpuslice.certsPod" -}}
+{{- $root := .root -}}
+{{- $init := eq .job "init" -}}
 metadata:
   labels:
-    {{- include "gpuslice.labels" . | nindent 4 }}
+    {{- include "gpuslice.labels" $root | nindent 4 }}
     app.kubernetes.io/name: gpuslice-certs
 spec:
-  serviceAccountName: gpuslice-certs
+  serviceAccountName: {{ ternary "gpuslice-certs-init" "gpuslice-certs" $init }}
   restartPolicy: OnFailure
-  {{- with .Values.imagePullSecrets }}
+  {{- with $root.Values.imagePullSecrets }}
   imagePullSecrets:
     {{- toYaml . | nindent 4 }}
   {{- end }}
@@ -95,24 +107,28 @@ spec:
       type: RuntimeDefault
   containers:
     - name: certs
-      image: {{ include "gpuslice.image" (dict "root" . "name" "extender") }}
-      imagePullPolicy: {{ .Values.images.extender.pullPolicy }}
+      image: {{ include "gpuslice.image" (dict "root" $root "name" "extender") }}
+      imagePullPolicy: {{ $root.Values.images.extender.pullPolicy }}
       command:
         - gpuslice
         - certs
         - --namespace
-        - {{ .Release.Namespace }}
+        - {{ $root.Release.Namespace }}
         - --ca-days
-        - {{ .Values.tls.bootstrap.caDays | quote }}
+        - {{ $root.Values.tls.bootstrap.caDays | quote }}
         - --leaf-days
-        - {{ .Values.tls.bootstrap.leafDays | quote }}
+        - {{ $root.Values.tls.bootstrap.leafDays | quote }}
         - --renew-within-days
-        - {{ .Values.tls.bootstrap.renewWithinDays | quote }}
+        - {{ $root.Values.tls.bootstrap.renewWithinDays | quote }}
         - --san  # the webhook's Service: kube-apiserver checks this name
-        - {{ include "gpuslice.webhookHost" . }}
+        - {{ include "gpuslice.webhookHost" $root }}
+        {{- if $init }}
+        - --secrets-only
+        {{- else }}
         - --wait-webhook
         - "300"
         - --restart
+        {{- end }}
       env:
         - name: HOME
           value: /tmp
@@ -120,7 +136,7 @@ spec:
         requests: {cpu: 50m, memory: 64Mi}
         limits: {memory: 256Mi}
       securityContext:
-        {{- include "gpuslice.restricted" . | nindent 8 }}
+        {{- include "gpuslice.restricted" $root | nindent 8 }}
       volumeMounts:
         - name: tmp
           mountPath: /tmp
@@ -129,4 +145,12 @@ spec:
       emptyDir:
         medium: Memory
         sizeLimit: 16Mi
+{{- end -}}
+
+{{/* A Helm hook that runs before install and upgrade, removed once it succeeded (kept when it failed, to
+be read; the next run replaces it). */}}
+{{- define "gpuslice.initHook" -}}
+helm.sh/hook: pre-install,pre-upgrade
+helm.sh/hook-weight: {{ .weight | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
 {{- end -}}
