@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
@@ -52,6 +53,10 @@ from packing.asks import ClaimUnavailable, MalformedPod
 from packing.demand import parse_since
 
 log = logging.getLogger("gpuslice.extender")
+# app.extensions the gunicorn worker reads (extender/worker.py): an Event it sets on SIGTERM (/healthz then
+# answers 503), and what it runs at once then (cluster mode: leave the Service, give the Lease up)
+STOPPING = "gpuslice-stopping"
+STOP_HOOK = "gpuslice-on-stop"
 JSON = "application/json"
 CLIENT_SUBJECT = "gpuslice.client_subject"  # environ: the verified client certificate's subject (the server front)
 STARTED = "gpuslice.started"  # environ: perf_counter when the request's headers arrived
@@ -302,8 +307,12 @@ def serving_app(name: str, config: ExtenderConfig, metrics: ExtenderMetrics, ver
             return _error(415, f"POST {path} takes {JSON}, not {request.mimetype or 'a body without a type'}")
         return None
 
+    stopping = app.extensions.setdefault(STOPPING, threading.Event())  # set by the worker on SIGTERM
+
     @app.get("/healthz")
     def healthz() -> Response:
+        if stopping.is_set():  # leave the Service's endpoints at once: the process is going
+            return _reply(503, b'{"status":"stopping"}')
         return _reply(200, b'{"status":"ok"}')
 
     @app.get("/metrics")

@@ -11,16 +11,28 @@ port: ``extender.cluster.webhook_app``). The master gives a new worker the role 
 (``assign_role``, from ``pre_fork``), so a worker that dies is replaced in its own role; each worker
 serves only its role's listener (the master holds both, so connections wait in the backlog while a
 worker restarts rather than being refused).
+
+On SIGTERM (a pod deleted, a rollout, a drain) each worker stops at once rather than after the last
+client leaves: ``/healthz`` answers 503 ``stopping``, the app's stop hook runs (the extender's, cluster
+mode: the leader label removed, the Lease given up, so the standby takes over without waiting it out;
+the webhook's has none: it holds no leadership), and every idle connection is closed (HTTP/2: a GOAWAY
+first), so that an idle keep-alive connection (the API server's webhook client keeps one) no longer
+holds the process until ``graceful_timeout``. Requests in flight finish; their connections close after
+them. ``gpuslice leave`` (the preStop hook, before SIGTERM) touches only the extender's role: the
+webhook worker answers on until SIGTERM, as the other replicas do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from gunicorn.asgi.protocol import ASGIProtocol
 from gunicorn.workers import gasgi
 
+from extender.app import STOP_HOOK, STOPPING
 from extender.config import ExtenderConfig, Subject
 from extender.front import SUBJECT_EXTENSION, WsgiFront
 from extender.metrics import CONNECTIONS
@@ -34,7 +46,21 @@ class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
 
     def connection_made(self, transport: Any) -> None:
         CONNECTIONS.accepted += 1
+        LIVE.add(self)
         super().connection_made(transport)
+
+    def close_if_idle(self) -> bool:
+        """Stopping: close this connection now unless a request is in flight on it (True when closed)."""
+        h2 = getattr(self, "_h2_conn", None)
+        if h2 is not None:  # HTTP/2: GOAWAY, then the connection's loop ends and closes the transport
+            if self._h2_tasks or h2.streams or h2.is_closed:
+                return False
+            self.worker.loop.create_task(h2.close())
+            return True
+        if getattr(self, "_awaiting_request", False) and not self._finishing_calls:  # HTTP/1.1 keep-alive
+            self._keepalive_timeout()  # closes the transport and wakes the connection's loop
+            return True
+        return False
 
     def _build_http_scope(self, request: Any, sockname: Any, peername: Any) -> dict[str, Any]:
         return self._with_subject(super()._build_http_scope(request, sockname, peername))
@@ -61,6 +87,7 @@ class PeerProtocol(ASGIProtocol):  # type: ignore[misc]
 
 EXTENDER, WEBHOOK = "extender", "webhook"
 WEBHOOK_THREADS = 4  # the webhook's work is a few milliseconds of parsing: a few threads keep up with a burst
+LIVE: weakref.WeakSet[PeerProtocol] = weakref.WeakSet()  # the connections open now (the event loop's thread)
 
 
 def assign_role(worker: Any, alive: Iterable[Any], webhook: bool) -> None:
@@ -73,6 +100,26 @@ class ExtenderWorker(gasgi.ASGIWorker):  # type: ignore[misc]
     """One asyncio worker: the event loop reads requests, ``threads`` threads decide."""
 
     role = EXTENDER  # set by the master before the fork (``assign_role``)
+    _on_stop: Callable[[], None] | None = None
+    _stopping: threading.Event | None = None
+    _stopped = False
+
+    def handle_exit_signal(self) -> None:
+        super().handle_exit_signal()  # not alive: the serving loop ends, no keep-alive after a response
+        self.begin_stop()
+
+    def begin_stop(self) -> None:
+        """Leave at once (see the module doc); in-flight requests finish."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._on_stop is not None:  # API calls: off the event loop, and the process waits for them at exit
+            threading.Thread(target=self._on_stop, name="stop-hook", daemon=False).start()
+        closed = sum(1 for c in list(LIVE) if c.worker is self and c.close_if_idle())
+        self.log.info("stopping (%s): %d idle connection(s) closed, %d with a request in flight", self.role,
+                      closed, max(0, self.nr_conns - closed))
 
     def init_process(self) -> None:
         gasgi.ASGIProtocol = PeerProtocol  # the stock worker builds each connection from this module name
@@ -96,10 +143,14 @@ class ExtenderWorker(gasgi.ASGIWorker):  # type: ignore[misc]
             from extender.cluster.webhook_app import app_from_env
 
             app = app_from_env()
+            self._stopping = app.extensions.get(STOPPING)  # /healthz 503 on SIGTERM; no stop hook: no leadership
             self.asgi = WsgiFront(app, WEBHOOK_THREADS, config.max_body_bytes, config.body_timeout_s,
                                   bind_threads=1, hot=app.extensions["gpuslice-hot"])
             return
         app = self.app.wsgi()
-        hot = app.extensions.get("gpuslice-hot") if hasattr(app, "extensions") else None
+        extensions = app.extensions if hasattr(app, "extensions") else {}
+        hot = extensions.get("gpuslice-hot")
+        self._on_stop = extensions.get(STOP_HOOK)
+        self._stopping = extensions.get(STOPPING)
         self.asgi = WsgiFront(app, config.threads, config.max_body_bytes, config.body_timeout_s,
                               config.verb_path(config.bind_verb), config.bind_threads, hot)

@@ -28,7 +28,7 @@ class ClusterConfig:
     lease_name: str = "gpuslice-extender"
     lease_duration_s: float = 15.0
     renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
+    retry_period_s: float = 1.0  # a standby polls the Lease this often: a released one is taken within it
     scheduler_name: str = "gpuslice-scheduler"  # the webhook routes slice pods to this profile
     gate: bool = True  # the queue controller lifts gates (off: pods are only explained, never gated)
     resync_s: float = 60.0

@@ -42,7 +42,7 @@ class LeaderElector:
     on_stopped: Callable[[], None]
     lease_duration: float = 15.0
     renew_deadline: float = 10.0
-    retry_period: float = 2.0
+    retry_period: float = 1.0
     clock: Callable[[], float] = time.time
     leading: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)

@@ -23,7 +23,7 @@ from typing import Any
 from flask import Flask
 from kubernetes import client
 
-from extender.app import Handlers, create_app
+from extender.app import STOP_HOOK, Handlers, create_app
 from extender.cluster.binder import ClusterBinder
 from extender.cluster.config import ClusterConfig
 from extender.cluster.dra import ClaimResolver
@@ -248,6 +248,8 @@ def create_cluster_app(config: ExtenderConfig, cluster: ClusterConfig, runtime: 
     if start:
         runtime.start()
         atexit.register(runtime.stop)  # a clean worker exit gives the Lease up: the standby need not wait
+    # SIGTERM: the worker runs this at once, not after its last connection closed (extender/worker.py)
+    app.extensions[STOP_HOOK] = runtime.stop
     return app
 
 

@@ -85,7 +85,7 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 PLAIN_QPS = 5000  # the raised client limits of the plain kube-scheduler
 WEBHOOK = "gate.gpuslice.io"
 # the extender's settings as the chart runs it (cluster/config.py defaults; the e2e tests shorten them)
-DEPLOYED_SETTINGS = {"lease_duration_s": "15", "renew_deadline_s": "10", "retry_period_s": "2",
+DEPLOYED_SETTINGS = {"lease_duration_s": "15", "renew_deadline_s": "10", "retry_period_s": "1",
                      "resync_s": "60", "tick_s": "1", "notice_interval_s": "10", "log_level": "info"}
 
 

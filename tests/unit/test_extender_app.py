@@ -244,3 +244,16 @@ def test_a_valid_body_after_the_storm_still_decides(verb: str) -> None:
     reply = post(client, verb, filter_args(pod("after", "v100-25"), NAMES))
     assert reply.status_code == 200
     state.ledger.verify()
+
+
+def test_healthz_answers_503_stopping_once_the_worker_was_told_to_stop() -> None:
+    """SIGTERM sets the app's stopping Event (extender/worker.py): the pod leaves the Service's endpoints at once."""
+    from extender.app import STOPPING
+
+    config = ExtenderConfig(standalone=True, nodes=3, gpus_per_node=2)
+    app = create_app(build_state(config, CATALOG), config)
+    client = app.test_client()
+    assert client.get("/healthz").status_code == 200
+    app.extensions[STOPPING].set()
+    reply = client.get("/healthz")
+    assert reply.status_code == 503 and reply.get_json() == {"status": "stopping"}
