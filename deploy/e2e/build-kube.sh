@@ -13,6 +13,7 @@ KUBE_VERSION="v1.34.4"  # k8s.io/kubernetes; staging modules are v0.<minor>.<pat
 ETCD_VERSION="v3.6.16"  # go.etcd.io/etcd/server/v3 (its main package is the etcd binary)
 
 CONTAINERD_VERSION="v2.2.9"  # github.com/containerd/containerd/v2 (containerd, ctr): the e2e-node runtime
+COREDNS_VERSION="v1.13.2"  # github.com/coredns/coredns: the cluster DNS of the install suite (make e2e-install)
 
 CACHE_ROOT="${GPUSLICE_KUBE_CACHE:-${HOME}/.cache/gpuslice/kube}"
 DEST="${CACHE_ROOT}/${KUBE_VERSION}-${ETCD_VERSION}"
@@ -21,9 +22,16 @@ BINARIES=(etcd kube-apiserver kube-scheduler)
 # `build-kube.sh node` builds the real node on top (make e2e-node): kubelet from the same pinned
 # sources into the same bin dir, and containerd, ctr and the runc shim into a dir of their own. Each is an extra
 # file, renamed into place, so the control plane binaries others use are never rebuilt or moved.
+# `build-kube.sh install` builds what a full cluster adds on top of the node (make e2e-install):
+# kube-controller-manager, kube-proxy and kubectl from the same sources into the same bin dir, and CoreDNS
+# into a dir of its own; it prints a third line, CoreDNS's bin dir.
 WANT_NODE=0
+WANT_INSTALL=0
 [[ "${1:-}" == "node" ]] && WANT_NODE=1
+[[ "${1:-}" == "install" ]] && WANT_NODE=1 && WANT_INSTALL=1
 CONTAINERD_DEST="${CACHE_ROOT}/containerd-${CONTAINERD_VERSION}"
+COREDNS_DEST="${CACHE_ROOT}/coredns-${COREDNS_VERSION}"
+INSTALL_BINARIES=(kube-controller-manager kube-proxy kubectl)
 
 log() { printf '[build-kube] %s\n' "$*" >&2; }
 
@@ -40,12 +48,22 @@ have_node() {
       -x "${CONTAINERD_DEST}/bin/containerd-shim-runc-v2" ]]; }
 }
 
+have_install() {
+  [[ "${WANT_INSTALL}" == 0 ]] && return 0
+  local b
+  for b in "${INSTALL_BINARIES[@]}"; do
+    [[ -x "${DEST}/bin/${b}" ]] || return 1
+  done
+  [[ -x "${COREDNS_DEST}/bin/coredns" ]]
+}
+
 done_msg() {
   echo "${DEST}/bin"
   if [[ "${WANT_NODE}" == 1 ]]; then echo "${CONTAINERD_DEST}/bin"; fi
+  if [[ "${WANT_INSTALL}" == 1 ]]; then echo "${COREDNS_DEST}/bin"; fi
 }
 
-if have_all && have_node; then
+if have_all && have_node && have_install; then
   done_msg
   exit 0
 fi
@@ -57,7 +75,7 @@ find_go
 mkdir -p "${CACHE_ROOT}"
 
 if lock_cache "${CACHE_ROOT}"; then
-  if have_all && have_node; then
+  if have_all && have_node && have_install; then
     done_msg
     exit 0
   fi
@@ -195,5 +213,34 @@ if [[ "${WANT_NODE}" == 1 && ! ( -x "${CONTAINERD_DEST}/bin/containerd" && -x "$
   rm -rf "${CONTAINERD_DEST}"
   mv "${WORK}/containerd-out" "${CONTAINERD_DEST}"
   log "built into ${CONTAINERD_DEST}/bin"
+fi
+# ------------------------------------------------------------ the full cluster
+if [[ "${WANT_INSTALL}" == 1 ]]; then
+  missing=()
+  for b in "${INSTALL_BINARIES[@]}"; do
+    [[ -x "${DEST}/bin/${b}" ]] || missing+=("./cmd/${b}")
+  done
+  if ((${#missing[@]})); then
+    [[ -d "${WORK}/kubernetes" ]] || prepare_kubernetes
+    mkdir -p "${WORK}/install-out"
+    log "building ${missing[*]} ${KUBE_VERSION} (warm module cache: 2-6 min)"
+    (cd "${WORK}/kubernetes" &&
+      "${GO}" build -trimpath -ldflags "${KLDFLAGS}" -o "${WORK}/install-out/" "${missing[@]}")
+    for b in "${INSTALL_BINARIES[@]}"; do
+      [[ -x "${WORK}/install-out/${b}" ]] && mv "${WORK}/install-out/${b}" "${DEST}/bin/${b}"
+    done
+    log "built ${missing[*]} into ${DEST}/bin"
+  fi
+  if [[ ! -x "${COREDNS_DEST}/bin/coredns" ]]; then
+    log "downloading github.com/coredns/coredns@${COREDNS_VERSION}"
+    DSRC="$(module_dir "github.com/coredns/coredns@${COREDNS_VERSION}")"
+    writable_copy "${DSRC}" "${WORK}/coredns"
+    mkdir -p "${WORK}/coredns-out/bin"
+    log "building coredns ${COREDNS_VERSION} (cold: 4-8 min on 2 cores)"
+    (cd "${WORK}/coredns" && "${GO}" build -trimpath -ldflags "-s -w" -o "${WORK}/coredns-out/bin/coredns" .)
+    rm -rf "${COREDNS_DEST}"
+    mv "${WORK}/coredns-out" "${COREDNS_DEST}"
+    log "built into ${COREDNS_DEST}/bin"
+  fi
 fi
 done_msg

@@ -158,6 +158,7 @@ class ControlPlane:
         apiserver_args: Sequence[str] = (),
         disabled_admission_plugins: Sequence[str] = DEFAULT_DISABLED_ADMISSION,
         keep_work_dir: bool = False,
+        address: str = "127.0.0.1",
     ) -> None:
         """Prepare (not start) a control plane.
 
@@ -165,8 +166,11 @@ class ControlPlane:
         (e.g. ``["--feature-gates=..."]``). The work dir (certificates,
         kubeconfigs, etcd data, logs) is a fresh temp dir unless given; it is
         removed by :meth:`stop` unless ``keep_work_dir`` or it was given.
+        ``address`` is where kube-apiserver listens and advertises itself (the
+        install suite gives an address its pods reach; etcd stays on loopback).
         """
         self.bin_dir = Path(bin_dir)
+        self.address = address
         for binary in ("etcd", "kube-apiserver", "kube-scheduler"):
             if not (self.bin_dir / binary).is_file():
                 raise ControlPlaneError(f"{binary} not found in {self.bin_dir}")
@@ -190,8 +194,8 @@ class ControlPlane:
     # ------------------------------------------------------------ properties
     @property
     def server(self) -> str:
-        """The API server URL, ``https://127.0.0.1:<port>``."""
-        return f"https://127.0.0.1:{self.apiserver_port}"
+        """The API server URL, ``https://<address>:<port>``."""
+        return f"https://{self.address}:{self.apiserver_port}"
 
     @property
     def ca_cert(self) -> Path:
@@ -399,14 +403,13 @@ class ControlPlane:
         argv = [
             str(self.bin_dir / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.address}",
+            f"--advertise-address={self.address}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.work_dir / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",
             f"--client-ca-file={pki / 'ca.crt'}",
-            "--authorization-mode=RBAC",
             "--anonymous-auth=false",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={pki / 'sa.pub'}",
@@ -415,6 +418,8 @@ class ControlPlane:
             "--allow-privileged=true",
             "--v=1",
         ]
+        if not any(a.startswith("--authorization-mode=") for a in self.apiserver_args):
+            argv.append("--authorization-mode=RBAC")  # a list flag: given twice, it is refused
         if self.disabled_admission_plugins:
             argv.append(f"--disable-admission-plugins={','.join(self.disabled_admission_plugins)}")
         argv += self.apiserver_args
@@ -479,6 +484,7 @@ class ControlPlane:
         sans = ",".join(
             [
                 "IP:127.0.0.1",
+                *([f"IP:{self.address}"] if self.address != "127.0.0.1" else []),
                 "IP:10.0.0.1",  # first IP of SERVICE_CLUSTER_IP_RANGE: the kubernetes Service
                 "DNS:localhost",
                 "DNS:kubernetes",

@@ -29,6 +29,7 @@ from packing.kube.client import Kube, KubeError
 from tests.e2e import gpuslice_harness as h
 from tests.e2e.cluster import ControlPlane, free_port, tail, wait_for
 
+from .lock import hold
 from .node import DEVICE_PLUGINS, IMAGE, RealNode
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,10 +55,16 @@ def _binaries() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="session")
-def bins() -> tuple[Path, Path]:
+def bins() -> Iterator[tuple[Path, Path]]:
     if os.geteuid() != 0:
         pytest.fail("the real-node suite needs root (a kubelet and a container runtime)", pytrace=False)
-    return _binaries()
+    found = _binaries()
+    lock = hold("e2e-node")  # one real node per machine: the kubelet's device-plugin directory is fixed
+    try:
+        yield found
+    finally:
+        if lock is not None:
+            lock.close()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,11 @@ layer, packed as an OCI archive and imported with ``ctr images import`` (no regi
 Needs root and real cgroups (v1 here, with the cgroupfs driver: PID 1 is not systemd). Everything
 is killed by PID and every mount under the temp dir is unmounted on :meth:`RealNode.stop`, also at
 interpreter exit, so a failed run leaves nothing behind.
+
+:class:`HostLayout` puts the node where a cluster's node has it instead (``tests/e2e_install``: the
+kubelet's root ``/var/lib/kubelet``, containerd's socket, NRI socket and CDI directories at their
+defaults, as the chart's hostPaths expect), on an address its pods reach, with a node identity and DNS.
+Only what the node itself created is removed on stop.
 """
 
 from __future__ import annotations
@@ -19,11 +24,13 @@ import hashlib
 import io
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.e2e.cluster import ControlPlane, _Process, free_port, tail, wait_for
@@ -36,17 +43,35 @@ RUNC = "/usr/sbin/runc"
 # The kubelet's device manager always serves here, whatever its --root-dir: one real node per machine.
 DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CNI_BIN = "/usr/lib/cni"
+RUNC_STATE = Path("/run/containerd")  # the runc shim keeps runc's state here whatever containerd's own state dir
+POD_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks to pod logs, whatever its podLogsDir
 
 
 class NodeError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class HostLayout:
+    """A node at the host's standard paths (the install suite), instead of inside its temp dir."""
+
+    node_ip: str  # the kubelet serves and registers here; pods reach it (and the API server beside it)
+    kubeconfig: Path  # the kubelet's own identity (system:node:<name>)
+    cluster_dns: str
+    pod_cidr: str
+    labels: dict[str, str] = field(default_factory=dict)
+    kubelet_dir: Path = Path("/var/lib/kubelet")
+    socket: Path = Path("/run/containerd/containerd.sock")
+    nri_socket: Path = Path("/var/run/nri/nri.sock")
+    cdi_dirs: tuple[Path, ...] = (Path("/etc/cdi"), Path("/var/run/cdi"))
+    pod_logs: Path = Path("/var/log/pods")
+
+
 def _blob(data: bytes) -> tuple[str, int]:
     return "sha256:" + hashlib.sha256(data).hexdigest(), len(data)
 
 
-def busybox_layer() -> bytes:
+def busybox_layer(applets: tuple[str, ...] = APPLETS) -> bytes:
     """One gzipped tar layer: /bin/busybox and applet links, /tmp, /etc/passwd."""
     raw = io.BytesIO()
     with tarfile.open(fileobj=raw, mode="w") as tar:
@@ -55,7 +80,7 @@ def busybox_layer() -> bytes:
             info.type, info.mode = tarfile.DIRTYPE, 0o1777 if d == "tmp" else 0o755
             tar.addfile(info)
         tar.add(str(BUSYBOX), arcname="bin/busybox")
-        for applet in APPLETS:
+        for applet in applets:
             info = tarfile.TarInfo(f"bin/{applet}")
             info.type, info.linkname = tarfile.SYMTYPE, "busybox"
             tar.addfile(info)
@@ -66,9 +91,9 @@ def busybox_layer() -> bytes:
     return gzip.compress(raw.getvalue(), mtime=0)
 
 
-def oci_archive(path: Path, name: str, cmd: list[str]) -> None:
+def oci_archive(path: Path, name: str, cmd: list[str], applets: tuple[str, ...] = APPLETS) -> None:
     """Write an OCI image layout tar holding one image ``name`` running ``cmd``."""
-    layer = busybox_layer()
+    layer = busybox_layer(applets)
     diff_id = "sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest()
     config = json.dumps({
         "architecture": "amd64", "os": "linux",
@@ -100,23 +125,27 @@ def oci_archive(path: Path, name: str, cmd: list[str]) -> None:
             tar.addfile(info, io.BytesIO(data))
 
 
-def containerd_config(default: str, root: Path) -> str:
+def containerd_config(default: str, root: Path, host: HostLayout | None = None) -> str:
     """containerd's own default config, moved into ``root``, with CDI dir, runc, CNI, local pause, and
-    NRI on (its default) with its socket in ``root``."""
+    NRI on (its default) with its socket in ``root``; with ``host``, its socket, NRI socket and CDI
+    directories stay at their defaults (its root and state still in ``root``)."""
     subs = [
         ("root = '/var/lib/containerd'", f"root = '{root}/containerd/root'"),
         ("state = '/run/containerd'", f"state = '{root}/containerd/state'"),
-        ("address = '/run/containerd/containerd.sock'", f"address = '{root}/containerd/containerd.sock'"),
         ("sandbox = 'registry.k8s.io/pause:3.10.1'", f"sandbox = '{PAUSE}'"),
         # this sandbox's root lacks CAP_SYS_RESOURCE: a negative oom_score_adj is refused
         ("restrict_oom_score_adj = false", "restrict_oom_score_adj = true"),
-        ("cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']", f"cdi_spec_dirs = ['{root}/cdi']"),
         ("BinaryName = ''", f"BinaryName = '{RUNC}'"),
         ("bin_dirs = ['/opt/cni/bin']", f"bin_dirs = ['{CNI_BIN}']"),
         ("conf_dir = '/etc/cni/net.d'", f"conf_dir = '{root}/cni'"),
-        ("socket_path = '/var/run/nri/nri.sock'", f"socket_path = '{root}/nri.sock'"),
         ("imports = ['/etc/containerd/conf.d/*.toml']", "imports = []"),
     ]
+    if host is None:
+        subs += [
+            ("address = '/run/containerd/containerd.sock'", f"address = '{root}/containerd/containerd.sock'"),
+            ("cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']", f"cdi_spec_dirs = ['{root}/cdi']"),
+            ("socket_path = '/var/run/nri/nri.sock'", f"socket_path = '{root}/nri.sock'"),
+        ]
     text = default
     for old, new in subs:
         if old not in text:
@@ -128,35 +157,48 @@ def containerd_config(default: str, root: Path) -> str:
 class RealNode:
     """containerd + kubelet registered as ``name`` with ``cp``; see the module docstring."""
 
-    def __init__(self, cp: ControlPlane, kube_bin: Path, containerd_bin: Path, name: str = "e2e-node") -> None:
+    def __init__(self, cp: ControlPlane, kube_bin: Path, containerd_bin: Path, name: str = "e2e-node",
+                 host: HostLayout | None = None) -> None:
         self.cp = cp
         self.name = name
         self.kube_bin = kube_bin
         self.containerd_bin = containerd_bin
+        self.host = host
         self.root = Path(tempfile.mkdtemp(prefix="gpuslice-node-"))
-        self.kubelet_dir = self.root / "kubelet"
-        self.cdi_dir = self.root / "cdi"
-        self.pod_logs = self.root / "pod-logs"
-        self.sock = self.root / "containerd" / "containerd.sock"
-        self.nri_socket = self.root / "nri.sock"
+        self.kubelet_dir = host.kubelet_dir if host else self.root / "kubelet"
+        self.cdi_dir = host.cdi_dirs[-1] if host else self.root / "cdi"
+        self.pod_logs = host.pod_logs if host else self.root / "pod-logs"
+        self.sock = host.socket if host else self.root / "containerd" / "containerd.sock"
+        self.nri_socket = host.nri_socket if host else self.root / "nri.sock"
         self._containerd: _Process | None = None
         self._kubelet: _Process | None = None
         self.kubelet_log = self.root / "kubelet.log"
-        self._made_kubelet_dir = not DEVICE_PLUGINS.parent.exists()
+        # host paths this node creates (and so removes), the outermost missing ancestor of each
+        wanted = [DEVICE_PLUGINS.parent, RUNC_STATE, POD_LOG_LINKS]
+        if host:
+            wanted += [self.kubelet_dir, self.sock.parent, self.nri_socket.parent, *host.cdi_dirs, self.pod_logs]
+        self._made = sorted({_outermost_missing(p) for p in wanted if not p.exists()}, key=str)
+        self._chains_before: set[tuple[str, str, str]] | None = None
         self.containerd_log = self.root / "containerd.log"
         atexit.register(self.stop)
 
     # ---- set-up ---------------------------------------------------------------------------------
     def start(self) -> None:
+        if self.host is not None and self.sock.exists():
+            raise NodeError(f"{self.sock} exists: another containerd runs on this machine")
+        self._chains_before = _kube_chains()
         for d in (self.kubelet_dir, self.cdi_dir, self.pod_logs, self.root / "cni"):
             d.mkdir(parents=True, exist_ok=True)
         default = subprocess.run([str(self.containerd_bin / "containerd"), "config", "default"], check=True,
                                  capture_output=True, text=True).stdout
-        (self.root / "containerd.toml").write_text(containerd_config(default, self.root))
+        (self.root / "containerd.toml").write_text(containerd_config(default, self.root, self.host))
+        subnet = self.host.pod_cidr if self.host else "10.88.77.0/24"
         (self.root / "cni" / "10-e2e.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": "e2e", "plugins": [
                 {"type": "bridge", "bridge": "gpuslice-e2e0", "isGateway": True, "ipMasq": False,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.88.77.0/24"}]]}},
+                 # pods that are not on the host's network reach Services and the API server through the bridge
+                 "isDefaultGateway": self.host is not None, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]}},
                 {"type": "loopback"}]}))
         self.start_containerd()
         for image, cmd in ((IMAGE, ["/bin/sh"]),
@@ -205,10 +247,26 @@ class RealNode:
             "port": free_port(), "readOnlyPort": 0, "healthzPort": free_port(), "healthzBindAddress": "127.0.0.1",
             "address": "127.0.0.1", "serializeImagePulls": False,
         }
+        kubeconfig, node_ip, extra = self.cp.kubeconfig, "127.0.0.1", []
+        if self.host is not None:
+            # as a cluster's kubelet: its own identity, the API server's client certificate checked
+            # (webhook authorization: SubjectAccessReviews), served where the API server reaches it
+            config.update({
+                "address": self.host.node_ip, "port": 10250,
+                "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
+                                   "x509": {"clientCAFile": str(self.cp.ca_cert)}},
+                "authorization": {"mode": "Webhook"},
+                "clusterDNS": [self.host.cluster_dns], "clusterDomain": "cluster.local",
+            })
+            del config["podLogsDir"]  # the default, /var/log/pods
+            kubeconfig, node_ip = self.host.kubeconfig, self.host.node_ip
+            if self.host.labels:
+                extra.append("--node-labels=" + ",".join(f"{k}={v}" for k, v in self.host.labels.items()))
         (self.root / "kubelet.yaml").write_text(json.dumps(config, indent=1))
         argv = [str(self.kube_bin / "kubelet"), f"--config={self.root / 'kubelet.yaml'}",
-                f"--kubeconfig={self.cp.kubeconfig}", f"--root-dir={self.kubelet_dir}",
-                f"--hostname-override={self.name}", f"--cert-dir={self.root / 'pki'}", "--node-ip=127.0.0.1", "--v=3"]
+                f"--kubeconfig={kubeconfig}", f"--root-dir={self.kubelet_dir}",
+                f"--hostname-override={self.name}", f"--cert-dir={self.root / 'pki'}", f"--node-ip={node_ip}",
+                "--v=3", *extra]
         self._kubelet = _Process("kubelet", argv, self.kubelet_log)
 
     def stop_kubelet(self) -> None:
@@ -250,6 +308,13 @@ class RealNode:
         self._containerd = None
         _kill_shims(self.root)
         _unmount_under(self.root)
+        if self.host is not None:
+            _unmount_under(self.kubelet_dir)  # pod volumes (secrets, projected tokens) are tmpfs mounts
+            for sock in (self.sock, Path(f"{self.sock}.ttrpc")):
+                sock.unlink(missing_ok=True)
+        if self._chains_before is not None:
+            _drop_chains(_kube_chains() - self._chains_before)  # the kubelet's KUBE-FIREWALL and canaries
+            self._chains_before = None
         keep = os.environ.get("GPUSLICE_E2E_LOGS")  # a directory to keep the node's logs in
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
@@ -260,8 +325,42 @@ class RealNode:
         shutil.rmtree(self.root, ignore_errors=True)
         # the device manager's socket and checkpoint (and our plugins' sockets) at the fixed path
         shutil.rmtree(DEVICE_PLUGINS, ignore_errors=True)
-        if self._made_kubelet_dir:
-            shutil.rmtree(DEVICE_PLUGINS.parent, ignore_errors=True)
+        for made in self._made:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def _kube_chains() -> set[tuple[str, str, str]]:
+    """(command, table, chain) of every KUBE-* iptables chain now, IPv4 and IPv6."""
+    found = set()
+    for command in ("iptables", "ip6tables"):
+        for table in ("filter", "nat", "mangle"):
+            try:
+                rules = subprocess.run([command, "-t", table, "-S"], capture_output=True, text=True, timeout=30).stdout
+            except (OSError, subprocess.SubprocessError):
+                continue
+            found |= {(command, table, line.split()[1]) for line in rules.splitlines() if line.startswith("-N KUBE-")}
+    return found
+
+
+def _drop_chains(chains: set[tuple[str, str, str]]) -> None:
+    """Remove the jumps to ``chains``, then the chains themselves."""
+    for command, table, chain in chains:
+        rules = subprocess.run([command, "-t", table, "-S"], capture_output=True, text=True).stdout
+        for line in rules.splitlines():
+            parts = shlex.split(line)
+            if parts[:1] == ["-A"] and parts[1] != chain and "-j" in parts and parts[parts.index("-j") + 1] == chain:
+                subprocess.run([command, "-t", table, "-D", *parts[1:]], capture_output=True)
+    for command, table, chain in chains:
+        subprocess.run([command, "-t", table, "-F", chain], capture_output=True)
+    for command, table, chain in chains:
+        subprocess.run([command, "-t", table, "-X", chain], capture_output=True)
+
+
+def _outermost_missing(path: Path) -> Path:
+    """The highest ancestor of ``path`` (or itself) that does not exist: what creating it creates."""
+    while not path.parent.exists():
+        path = path.parent
+    return path
 
 
 def _kill_shims(root: Path) -> None:
