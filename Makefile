@@ -19,7 +19,7 @@ demo: $(STAMP)
 
 ## test: the whole test suite but the end-to-end one (unit, property, wire, gunicorn)
 test: $(STAMP)
-	$(BIN)/python -m pytest -q tests --ignore=tests/e2e --ignore=tests/e2e_node --ignore=tests/chart
+	$(BIN)/python -m pytest -q tests --ignore=tests/e2e --ignore=tests/e2e_node --ignore=tests/e2e_install --ignore=tests/chart
 
 ## chart: the Helm chart rendered under every values combination, validated against the Kubernetes
 ## 1.34 OpenAPI schema (from the k8s.io/kubernetes module; helm built by deploy/e2e/build-helm.sh, cached)
