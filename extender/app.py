@@ -309,6 +309,17 @@ def serving_app(name: str, config: ExtenderConfig, metrics: ExtenderMetrics, ver
 
     stopping = app.extensions.setdefault(STOPPING, threading.Event())  # set by the worker on SIGTERM
 
+    @app.post("/admin/leave")
+    def leave() -> Response:
+        """The pod's preStop hook (`gpuslice leave`): stop being ready and give leadership up now, while the
+        process still serves what is routed to it until the Service's endpoints have dropped the pod."""
+        stopping.set()
+        hook = app.extensions.get(STOP_HOOK)
+        if hook is not None:
+            hook()
+        log.info("left: /healthz answers 503 stopping%s", ", leadership given up" if hook is not None else "")
+        return _reply(200, b'{"status":"stopping"}')
+
     @app.get("/healthz")
     def healthz() -> Response:
         if stopping.is_set():  # leave the Service's endpoints at once: the process is going

@@ -376,3 +376,36 @@ def status_main(argv: Sequence[str]) -> int:
         print("gpuslice status: this replica is not ready: a standby (it keeps no ledger) or rebuilding; the "
               "leader is the pod the Lease gpuslice-extender names", file=sys.stderr)
     return 0
+
+
+def leave_main(argv: Sequence[str]) -> int:
+    """``gpuslice leave``: POST /admin/leave to this pod's extender, then linger (the chart's preStop hook)."""
+    ap = argparse.ArgumentParser(
+        prog="gpuslice leave",
+        description="Tell a running extender to leave (the chart's preStop hook): /healthz turns 503, a leader "
+                    "gives its Lease and label up at once, and it goes on serving what still reaches it; then wait "
+                    "--linger seconds, while the Services' endpoints drop the pod, before the kubelet's SIGTERM.")
+    env = os.environ.get
+    ap.add_argument("--url", default=env("GPUSLICE_STATUS_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
+                    help="the extender's base URL (/admin/leave answers over loopback; default $GPUSLICE_STATUS_URL)")
+    ap.add_argument("--ca", default=env("GPUSLICE_STATUS_CA", ""),
+                    help="https: verify the extender against this CA (PEM; default $GPUSLICE_STATUS_CA)")
+    ap.add_argument("--server-name", default=env("GPUSLICE_STATUS_SERVER_NAME", ""),
+                    help="https: the name the extender's certificate carries (default $GPUSLICE_STATUS_SERVER_NAME)")
+    ap.add_argument("--linger", type=float, default=3.0, metavar="SECONDS",
+                    help="keep serving this long after leaving (default 3: the endpoints and kube-proxy catch up)")
+    args = ap.parse_args(list(argv))
+    if not 0 <= args.linger <= 60:
+        ap.error(f"--linger must be within 0..60 seconds, got {args.linger}")
+    try:
+        with ExtenderClient(args.url, timeout=20, ca=args.ca, server_name=args.server_name) as client:
+            status, reply = client.post("/admin/leave", {})
+    except ClientError as e:
+        print(f"gpuslice leave: {e}{_tls_hint(str(e), args.ca)}", file=sys.stderr)
+        return 1
+    if status != 200:
+        print(f"gpuslice leave: POST /admin/leave answered HTTP {status}: {reply}", file=sys.stderr)
+        return 1
+    print(f"gpuslice leave: left; serving {args.linger:g} s more")
+    time.sleep(args.linger)
+    return 0

@@ -19,6 +19,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("packing.demo:main", "pack a sample workload with every placement policy (no cluster)"),
     "serve": ("extender.cli:main", "run the kube-scheduler extender (--standalone: no cluster needed)"),
     "status": ("extender.cli:status_main", "print a running extender's ledger and queue"),
+    "leave": ("extender.cli:leave_main", "tell a running extender to leave: not ready, leadership given up (preStop)"),
     "queue": ("extender.queue_view:main", "list the pods waiting for a slice: position, product, reason, waited"),
     "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
     "history": ("extender.history.cli:main", "export the demand history a running extender keeps (JSON Lines)"),

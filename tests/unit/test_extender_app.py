@@ -257,3 +257,22 @@ def test_healthz_answers_503_stopping_once_the_worker_was_told_to_stop() -> None
     app.extensions[STOPPING].set()
     reply = client.get("/healthz")
     assert reply.status_code == 503 and reply.get_json() == {"status": "stopping"}
+
+
+def test_admin_leave_runs_the_stop_hook_turns_unready_and_answers_loopback_only() -> None:
+    """The chart's preStop (`gpuslice leave`): leadership given up at once, the process still serving."""
+    from extender.app import STOP_HOOK
+
+    config = ExtenderConfig(standalone=True, nodes=3, gpus_per_node=2)
+    app = create_app(build_state(config, CATALOG), config)
+    stopped: list[bool] = []
+    app.extensions[STOP_HOOK] = lambda: stopped.append(True)
+    client = app.test_client()
+    refused = client.post("/admin/leave", json={}, environ_base={"REMOTE_ADDR": "10.1.2.3"})
+    assert refused.status_code == 403 and stopped == []  # from elsewhere: refused, nothing changed
+    assert client.get("/healthz").status_code == 200
+    left = client.post("/admin/leave", json={})
+    assert left.status_code == 200 and stopped == [True]
+    assert client.get("/healthz").status_code == 503
+    served = post(client, "/filter", filter_args(pod("p", "v100-25"), NAMES))
+    assert served.status_code == 200 and served.get_json()["Error"] == ""  # still serving
