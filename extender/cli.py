@@ -17,7 +17,14 @@ from extender.client import ClientError, ExtenderClient
 from extender.config import DEFAULT_MAX_BODY, DEFAULT_PORT, ConfigError, ExtenderConfig, parse_subject
 from extender.state import MODES
 from extender.wire import DEFAULT_MAX_NODES
-from packing.argtypes import non_negative_int, port, positive_int, positive_number, readable_file
+from packing.argtypes import (
+    non_negative_int,
+    non_negative_number,
+    port,
+    positive_int,
+    positive_number,
+    readable_file,
+)
 from packing.load_phase import DEFAULT_THRESHOLD as CHURN_AT
 from packing.policies import DEFAULT_POLICY, policy_names
 from packing.usage import Applies, CommandParser, fields_as_flags
@@ -378,9 +385,17 @@ def status_main(argv: Sequence[str]) -> int:
     return 0
 
 
+def _linger(text: str) -> float:
+    """``--linger``: seconds within 0..60 (the kubelet's grace period holds the hook and the rest of the stop)."""
+    seconds = non_negative_number(text)
+    if seconds > 60:
+        raise argparse.ArgumentTypeError(f"at most 60 seconds, got {text!r}")
+    return seconds
+
+
 def leave_main(argv: Sequence[str]) -> int:
     """``gpuslice leave``: POST /admin/leave to this pod's extender, then linger (the chart's preStop hook)."""
-    ap = argparse.ArgumentParser(
+    ap = CommandParser(
         prog="gpuslice leave",
         description="Tell a running extender to leave (the chart's preStop hook): /healthz turns 503, a leader "
                     "gives its Lease and label up at once, and it goes on serving what still reaches it; then wait "
@@ -388,20 +403,24 @@ def leave_main(argv: Sequence[str]) -> int:
     env = os.environ.get
     ap.add_argument("--url", default=env("GPUSLICE_STATUS_URL") or f"http://127.0.0.1:{DEFAULT_PORT}",
                     help="the extender's base URL (/admin/leave answers over loopback; default $GPUSLICE_STATUS_URL)")
-    ap.add_argument("--ca", default=env("GPUSLICE_STATUS_CA", ""),
+    ap.add_argument("--ca", type=readable_file, default=env("GPUSLICE_STATUS_CA") or None, metavar="PEM",
                     help="https: verify the extender against this CA (PEM; default $GPUSLICE_STATUS_CA)")
     ap.add_argument("--server-name", default=env("GPUSLICE_STATUS_SERVER_NAME", ""),
                     help="https: the name the extender's certificate carries (default $GPUSLICE_STATUS_SERVER_NAME)")
-    ap.add_argument("--linger", type=float, default=3.0, metavar="SECONDS",
-                    help="keep serving this long after leaving (default 3: the endpoints and kube-proxy catch up)")
+    ap.add_argument("--linger", type=_linger, default=3.0, metavar="SECONDS",
+                    help="keep serving this long after leaving, 0..60 (default 3: the endpoints and kube-proxy "
+                         "catch up)")
     args = ap.parse_args(list(argv))
-    if not 0 <= args.linger <= 60:
-        ap.error(f"--linger must be within 0..60 seconds, got {args.linger}")
+    ca = args.ca or ""
     try:
-        with ExtenderClient(args.url, timeout=20, ca=args.ca, server_name=args.server_name) as client:
+        client = ExtenderClient(args.url, timeout=20, ca=ca, server_name=args.server_name)
+    except ClientError as e:  # the flags themselves: a URL that is not one, a CA that does not load
+        ap.error(f"--url {args.url}: {e}" if "URL" in str(e) else f"--ca: {e}")
+    try:
+        with client:
             status, reply = client.post("/admin/leave", {})
     except ClientError as e:
-        print(f"gpuslice leave: {e}{_tls_hint(str(e), args.ca)}", file=sys.stderr)
+        print(f"gpuslice leave: {e}{_tls_hint(str(e), ca)}", file=sys.stderr)
         return 1
     if status != 200:
         print(f"gpuslice leave: POST /admin/leave answered HTTP {status}: {reply}", file=sys.stderr)

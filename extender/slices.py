@@ -11,17 +11,18 @@ and one running loses the watchdog and pacer that hold its caps. The chart's pre
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.cluster.kube import KubeError, operator_kube, q
-from extender.cluster.webhook import GATE
 from extender.gates import product_of
+from packing.argtypes import dns_label, dns_subdomain, readable_file
+from packing.gate import GATE
+from packing.kube.client import KubeError, operator_kube, q
 from packing.record import ANNOTATION, RecordError, decode
+from packing.usage import CommandParser
 
 SCHEDULER_NAME = "gpuslice-scheduler"
 REFUSED = 3  # the exit status of --refuse when pods still use gpuslice (1: the API could not be read)
@@ -87,24 +88,25 @@ def refusal(found: Sequence[Use]) -> str:
 
 
 def main(argv: Sequence[str]) -> int:
-    ap = argparse.ArgumentParser(
+    ap = CommandParser(
         prog="gpuslice slices",
         description="List the pods that still use gpuslice: holding a slice, or waiting for one (gated, or routed "
                     "to the gpuslice scheduler and unbound). --refuse exits 3 naming them: the chart's pre-delete "
                     "hook, so that an uninstall never strands a pod (README.md, 'Uninstall').")
     where = ap.add_mutually_exclusive_group()
-    where.add_argument("-n", "--namespace", default=None, help="only this namespace")
+    where.add_argument("-n", "--namespace", type=dns_label, default=None, help="only this namespace")
     where.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace (the default)")
     ap.add_argument("--refuse", action="store_true",
                     help=f"exit {REFUSED} with a message naming every such pod when there is any")
-    ap.add_argument("--scheduler-name", default=SCHEDULER_NAME,
+    ap.add_argument("--scheduler-name", type=dns_subdomain, default=SCHEDULER_NAME,
                     help=f"the gpuslice scheduler's name (default {SCHEDULER_NAME})")
-    ap.add_argument("--kubeconfig", default="", help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
+    ap.add_argument("--kubeconfig", type=readable_file, default=None,
+                    help="kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
     args = ap.parse_args(list(argv))
     from kubernetes.config import ConfigException
 
     try:
-        kube = operator_kube(args.kubeconfig)
+        kube = operator_kube(args.kubeconfig or "")
         if args.namespace:
             listed = kube.request("GET", f"/api/v1/namespaces/{q(args.namespace)}/pods")
         else:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from extender.cluster.kube import Kube
+from packing.kube.client import Kube
 from packing.record import ANNOTATION, AllocationRecord, decode
 from tests.e2e.cluster import new_api_client, wait_for
 from tests.e2e_node.node import oci_archive

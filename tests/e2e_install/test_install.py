@@ -33,7 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
-from extender.cluster.kube import KubeError
+from packing.kube.client import KubeError
 from tests.e2e.cluster import wait_for
 
 from . import readme

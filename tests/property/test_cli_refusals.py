@@ -114,6 +114,7 @@ BAD_BY_TYPE: dict[Any, Bad] = {
     agent_cli._listen: _bad("nowhere", "h:99999", "127.0.0.1:", ":x"),
     _limiter_mode: _bad("bogus", "GPUSLICE", ""),
     extender_cli._url_prefix: _bad("v1", "/v1/", "/a b"),
+    extender_cli._linger: _bad("61", "-1", "nan", "x", more=NEGATIVE | NOT_A_NUMBER),
     extender_cli._path_segment: _bad("", "a/b", "a b"),
     extender_cli._subject: _bad("CN", "XX=a", "/", "CN="),
     simulations_cli.plan_target: _bad("10", "-5m", "v100-100:p101=1h", "x:p99", "1w", "all:p0=1h"),
@@ -131,8 +132,8 @@ BAD_BY_OPTION: dict[tuple[str, str], tuple[Bad, list[str]]] = {
     ("serve", "--host"): (_bad("no such host", "256.256.256.256", ""), ["--standalone", "--nodes", "1"]),
     ("serve", "--gpu-model"): (_bad("Tesla-T4", more=NAMES.filter(lambda t: t != "Tesla-V100-SXM2-32GB")),
                                ["--standalone", "--nodes", "1"]),
-    ("status", "--url"): (_bad("127.0.0.1:8888", "ftp://x", more=WORDS.filter(
-        lambda t: not t.startswith(("http://", "https://")))), []),
+    **{(c, "--url"): (_bad("127.0.0.1:8888", "ftp://x", more=WORDS.filter(
+        lambda t: not t.startswith(("http://", "https://")))), []) for c in ("status", "leave")},
     ("agent", "--node-name"): (_bad(""), []),
     ("demo", "--catalog"): (FILE_BAD, []),
     **{(c, "--policy"): (_bad("best_fit", "", more=NAMES.filter(lambda t: t.strip() not in POLICIES)), [])
@@ -153,7 +154,7 @@ BAD_BY_OPTION: dict[tuple[str, str], tuple[Bad, list[str]]] = {
 }
 FREE = {  # options any text is a valid value of (or read only where the walk cannot go), and why
     ("serve", "--refuse-resource"): "any resource name",
-    ("status", "--server-name"): "any name; a wrong one fails the TLS handshake, with a hint",
+    **{(c, "--server-name"): "any name; a wrong one fails the TLS handshake, with a hint" for c in ("status", "leave")},
     ("simulate", "--card-model"): "any GPU label", ("plan", "--card-model"): "any GPU label",
     ("history export", "--server-name"): "any name; a wrong one fails the TLS handshake, with a hint",
     ("simulate", "--scheduler"): "a Dask scheduler's address, checked when protocol A connects to it",
@@ -188,7 +189,7 @@ VALID_BY_TYPE: dict[Any, str] = {
     options.parse_inflation: "1.2",
     options.processes: "1", simulated_gpus: "2", agent_cli._listen: "127.0.0.1:0", _limiter_mode: "gpuslice",
     Path: "{folder}", simulations_cli.plan_target: "10m", command_cluster.parse_add_cards: "8",
-    command_cluster._positive: "2",
+    command_cluster._positive: "2", extender_cli._linger: "0",
 }
 VALID_BY_OPTION = {"--nodes": "{nodes}", "--pods": "{pods}", "--trace": "{trace}", "--runtimes-from": "{pods}",
                    "--catalog": "{catalog}", "--kubeconfig": "{file}", "--admission": "aging-guard",
@@ -294,7 +295,8 @@ def nothing_runs() -> Iterator[None]:
                        "simulations.command_cluster.simulate_from_cluster",
                        "simulations.command_cluster.plan_from_cluster",
                        "gunicorn.app.base.BaseApplication.run", "extender.queue_view.operator_kube",
-                       "extender.gates.operator_kube", "extender.certs.cli.operator_kube",
+                       "extender.gates.operator_kube", "extender.slices.operator_kube",
+                       "extender.certs.cli.operator_kube",
                        "enforcement.cli._run_node", "enforcement.simulate.run_demo", "simulations.protocol_b.run",
                        "simulations.command_a.execute", "simulations.cli.smallest_cards"):
             mp.setattr(target, _accepted)
