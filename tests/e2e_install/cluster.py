@@ -15,8 +15,10 @@ the Node authorizer and NodeRestriction, the controller manager, kube-proxy and 
 their own, and service-account tokens are signed and checked.
 
 Stopped in reverse order, each part by PID; the address, kube-proxy's rules (``kube-proxy
---cleanup``), the bridge, the mounts and the host directories the node created are removed, and
-``net.ipv4.ip_forward`` is put back, also when a test fails.
+--cleanup``, then every chain that appeared), the bridge, the mounts and the host directories the
+node created are removed, and ``net.ipv4.ip_forward`` is put back, also when a test fails. Each is
+written down before it is made (``tests/e2e_node/janitor.py``), so a run that is killed is undone by
+the next real-node run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import subprocess
 from pathlib import Path
 
 from tests.e2e.cluster import SERVICE_CLUSTER_IP_RANGE, ControlPlane, _Process, free_port, tail, wait_for
+from tests.e2e_node.janitor import Record
 from tests.e2e_node.node import HostLayout, RealNode
 
 HOST_IP = "10.88.76.1"  # kube-apiserver, the kubelet, CoreDNS: on the loopback device, for this run only
@@ -65,8 +68,9 @@ class FullCluster:
                                    f"--kubelet-client-key={pki / 'admin.key'}"]
         self.node: RealNode | None = None
         self._procs: dict[str, _Process] = {}
-        self._sysctl: dict[Path, str] = {}
-        self._added_ip = False
+        self.record = Record("install cluster")
+        self.record.add("roots", self.cp.work_dir)
+        self._stopped = False
         atexit.register(self.stop)
 
     @property
@@ -82,6 +86,7 @@ class FullCluster:
         for path in (FORWARD, BRIDGE_NF):
             if not path.exists():
                 raise ClusterError(f"{path} is missing: the kernel cannot route pods' traffic here")
+        self.record.before()  # kube-proxy's and the CNI plugin's chains: those that appear from now on go
         self._add_address()
         self._set(FORWARD, "1")  # pod -> Service -> pod is routed through this machine
         self._set(BRIDGE_NF, "1")  # replies between pods on one bridge pass kube-proxy's NAT
@@ -97,11 +102,13 @@ class FullCluster:
         out = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True)
         if f" {HOST_IP}/" in out.stdout:
             raise ClusterError(f"{HOST_IP} is on lo already: another install suite runs (or a stale one did)")
+        self.record.add("addresses", [f"{HOST_IP}/32", "lo"])
         subprocess.run(["ip", "addr", "add", f"{HOST_IP}/32", "dev", "lo"], check=True, capture_output=True)
-        self._added_ip = True
 
     def _set(self, path: Path, value: str) -> None:
-        self._sysctl.setdefault(path, path.read_text().strip())
+        sysctl = self.record.data.get("sysctl") or {}
+        sysctl.setdefault(str(path), path.read_text().strip())  # the value before the first change: put back
+        self.record.put("sysctl", sysctl)
         path.write_text(value)
 
     def _identity(self, user: str, groups: tuple[str, ...] = ()) -> Path:
@@ -204,6 +211,8 @@ class FullCluster:
     # ---- clean-up -------------------------------------------------------------------------------
     def stop(self) -> None:
         """Everything, in reverse order, by PID; then the rules, the address and the settings put back."""
+        if self._stopped:
+            return
         for name in ("kube-proxy",):
             if name in self._procs:
                 self._procs.pop(name).stop(grace=10)
@@ -216,23 +225,5 @@ class FullCluster:
         self.cp.stop()
         with contextlib.suppress(OSError, subprocess.SubprocessError):
             subprocess.run([str(self.kube_bin / "kube-proxy"), "--cleanup"], capture_output=True, timeout=60)
-        _drop_cni_chains()
-        if self._added_ip:
-            subprocess.run(["ip", "addr", "del", f"{HOST_IP}/32", "dev", "lo"], capture_output=True)
-            self._added_ip = False
-        for path, value in self._sysctl.items():
-            with contextlib.suppress(OSError):
-                path.write_text(value)
-        self._sysctl.clear()
-
-
-def _drop_cni_chains() -> None:
-    """The bridge plugin's per-pod chains (CNI-*) of pods that were torn down without a CNI DEL."""
-    rules = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
-    chains = {line.split()[1] for line in rules.splitlines() if line.startswith("-N CNI-")}
-    for line in rules.splitlines():
-        if line.startswith("-A POSTROUTING") and " CNI-" in line:
-            subprocess.run(["iptables", "-t", "nat", *line.replace("-A", "-D", 1).split()], capture_output=True)
-    for chain in chains:
-        subprocess.run(["iptables", "-t", "nat", "-F", chain], capture_output=True)
-        subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True)
+        self.record.close()  # the chains kube-proxy --cleanup left, the CNI plugin's, the address, the sysctls
+        self._stopped = True

@@ -29,6 +29,7 @@ from packing.kube.client import Kube, KubeError
 from tests.e2e import gpuslice_harness as h
 from tests.e2e.cluster import ControlPlane, free_port, tail, wait_for
 
+from .janitor import Record
 from .lock import hold
 from .node import DEVICE_PLUGINS, IMAGE, RealNode
 
@@ -79,14 +80,18 @@ def limiter_library() -> Path:
 @pytest.fixture(scope="session")
 def cp(bins: tuple[Path, Path]) -> Iterator[ControlPlane]:
     plane = ControlPlane(bins[0])
+    record = Record("e2e-node control plane")  # its temp dir, should this run be killed
+    record.add("roots", plane.work_dir)
     try:
         plane.start()
     except Exception as e:
         logs = plane.logs_tail(60)
         plane.stop()
+        record.close()
         pytest.fail(f"control plane did not start: {e}\n{logs}", pytrace=False)
     yield plane
     plane.stop()
+    record.close()
 
 
 @pytest.fixture(scope="session")

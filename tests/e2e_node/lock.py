@@ -4,7 +4,9 @@ The kubelet's device manager serves at the fixed ``/var/lib/kubelet/device-plugi
 suite uses the host's standard paths, so two such suites at once would break each other. Each takes
 the lock for its session (``flock(2)``, the lock ``flock(1)`` takes), waiting for the other; run
 already under ``flock /tmp/gpuslice-realnode.lock ...``, it sees that an ancestor process holds the
-lock and goes on, rather than waiting for itself.
+lock and goes on, rather than waiting for itself. Holding it, a run first undoes what an interrupted
+run left (``janitor.sweep_left``), and from then on SIGTERM and SIGHUP stop it as Ctrl-C does, its
+fixtures torn down.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 from typing import IO
+
+from .janitor import interrupt_on_signals, run_tag, sweep_left
 
 LOCK = Path("/tmp/gpuslice-realnode.lock")
 
@@ -43,7 +47,16 @@ def _ancestors() -> set[int]:
 
 
 def hold(what: str) -> IO[str] | None:
-    """Take the lock for this process (None where an ancestor holds it already); it lasts while the file stays open."""
+    """Take the lock for this process (None where an ancestor holds it already; it lasts while the file stays
+    open), undo what interrupted runs left, and let SIGTERM stop this run cleanly."""
+    f = _take(what)
+    run_tag()  # every process this run starts from now on carries it: a killed run's are found by it
+    sweep_left(what)
+    interrupt_on_signals()
+    return f
+
+
+def _take(what: str) -> IO[str] | None:
     f = open(LOCK, "a")  # noqa: SIM115 - held for the session
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)

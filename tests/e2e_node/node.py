@@ -5,9 +5,13 @@ plane, containerd from its Go module); runc and the CNI plugins come from Debian
 installs them). Images are made here: a static busybox from Debian's ``busybox-static`` in one
 layer, packed as an OCI archive and imported with ``ctr images import`` (no registry anywhere).
 
-Needs root and real cgroups (v1 here, with the cgroupfs driver: PID 1 is not systemd). Everything
-is killed by PID and every mount under the temp dir is unmounted on :meth:`RealNode.stop`, also at
-interpreter exit, so a failed run leaves nothing behind.
+Needs root and real cgroups (v1 here, with the cgroupfs driver: PID 1 is not systemd). What the node
+changes on the host is written down first (``janitor.Record``: its temp dir, the host paths it creates,
+the iptables chains and ``kubepods`` cgroups that appear, the CNI bridge); :meth:`RealNode.stop`, also
+at interpreter exit, kills containerd's shims and the containers under them, unmounts, and removes it
+all, and a run that was killed is undone by the next one (``lock.hold``). containerd keeps the pods'
+network namespaces and the CNI plugin its address leases inside the temp dir, so nothing of a pod's
+network outlives the dir.
 
 :class:`HostLayout` puts the node where a cluster's node has it instead (``tests/e2e_install``: the
 kubelet's root ``/var/lib/kubelet``, containerd's socket, NRI socket and CDI directories at their
@@ -24,7 +28,6 @@ import hashlib
 import io
 import json
 import os
-import shlex
 import shutil
 import subprocess
 import tarfile
@@ -34,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.e2e.cluster import ControlPlane, _Process, free_port, tail, wait_for
+
+from .janitor import Record
 
 BUSYBOX = Path("/bin/busybox")
 IMAGE = "docker.io/library/e2e-busybox:1"
@@ -45,6 +50,8 @@ DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 CNI_BIN = "/usr/lib/cni"
 RUNC_STATE = Path("/run/containerd")  # the runc shim keeps runc's state here whatever containerd's own state dir
 POD_LOG_LINKS = Path("/var/log/containers")  # the kubelet's symlinks to pod logs, whatever its podLogsDir
+CNI_STATE = Path("/var/lib/cni")  # libcni's result cache (its address leases are in the node's temp dir)
+BRIDGE = "gpuslice-e2e0"
 
 
 class NodeError(RuntimeError):
@@ -139,6 +146,8 @@ def containerd_config(default: str, root: Path, host: HostLayout | None = None) 
         ("bin_dirs = ['/opt/cni/bin']", f"bin_dirs = ['{CNI_BIN}']"),
         ("conf_dir = '/etc/cni/net.d'", f"conf_dir = '{root}/cni'"),
         ("imports = ['/etc/containerd/conf.d/*.toml']", "imports = []"),
+        # pods' network namespaces under its state dir (in ``root``), not /run/netns: none outlives the node
+        ("netns_mounts_under_state_dir = false", "netns_mounts_under_state_dir = true"),
     ]
     if host is None:
         subs += [
@@ -173,12 +182,18 @@ class RealNode:
         self._containerd: _Process | None = None
         self._kubelet: _Process | None = None
         self.kubelet_log = self.root / "kubelet.log"
-        # host paths this node creates (and so removes), the outermost missing ancestor of each
-        wanted = [DEVICE_PLUGINS.parent, RUNC_STATE, POD_LOG_LINKS]
+        # what this node changes on the host, written down before it does (undone by stop, or by the next run)
+        self.record = Record(f"real node {name}")
+        self.record.add("roots", self.root)
+        self.record.add("containerd_roots", self.root / "containerd" / "root")
+        wanted = [DEVICE_PLUGINS.parent, RUNC_STATE, POD_LOG_LINKS, CNI_STATE]
         if host:
             wanted += [self.kubelet_dir, self.sock.parent, self.nri_socket.parent, *host.cdi_dirs, self.pod_logs]
-        self._made = sorted({_outermost_missing(p) for p in wanted if not p.exists()}, key=str)
-        self._chains_before: set[tuple[str, str, str]] | None = None
+            # the kubelet bind-mounts its root dir onto itself (shared), and mounts pods' volumes under it
+            self.record.add("unmount", self.kubelet_dir)
+        self.record.made_if_missing(*wanted)
+        self.record.add("links", BRIDGE)
+        self._stopped = False
         self.containerd_log = self.root / "containerd.log"
         atexit.register(self.stop)
 
@@ -186,7 +201,7 @@ class RealNode:
     def start(self) -> None:
         if self.host is not None and self.sock.exists():
             raise NodeError(f"{self.sock} exists: another containerd runs on this machine")
-        self._chains_before = _kube_chains()
+        self.record.before()  # the iptables chains and kubepods cgroups there are now: later ones are the node's
         for d in (self.kubelet_dir, self.cdi_dir, self.pod_logs, self.root / "cni"):
             d.mkdir(parents=True, exist_ok=True)
         default = subprocess.run([str(self.containerd_bin / "containerd"), "config", "default"], check=True,
@@ -195,10 +210,11 @@ class RealNode:
         subnet = self.host.pod_cidr if self.host else "10.88.77.0/24"
         (self.root / "cni" / "10-e2e.conflist").write_text(json.dumps({
             "cniVersion": "1.0.0", "name": "e2e", "plugins": [
-                {"type": "bridge", "bridge": "gpuslice-e2e0", "isGateway": True, "ipMasq": False,
+                {"type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
                  # pods that are not on the host's network reach Services and the API server through the bridge
                  "isDefaultGateway": self.host is not None, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]]}},
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": subnet}]],
+                          "dataDir": str(self.root / "cni-leases")}},
                 {"type": "loopback"}]}))
         self.start_containerd()
         for image, cmd in ((IMAGE, ["/bin/sh"]),
@@ -296,7 +312,10 @@ class RealNode:
 
     # ---- clean-up --------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Kill the kubelet, every container, containerd; unmount and remove the temp dir."""
+        """Kill the kubelet, every container, containerd; then undo the node's record (shims, mounts, chains,
+        cgroups, the bridge, the temp dir and the host paths it made)."""
+        if self._stopped:
+            return
         self.stop_kubelet()
         if self._containerd is not None and self._containerd.alive():
             with contextlib.suppress(Exception):
@@ -306,78 +325,16 @@ class RealNode:
             time.sleep(0.5)
             self._containerd.stop(grace=10)
         self._containerd = None
-        _kill_shims(self.root)
-        _unmount_under(self.root)
         if self.host is not None:
-            _unmount_under(self.kubelet_dir)  # pod volumes (secrets, projected tokens) are tmpfs mounts
             for sock in (self.sock, Path(f"{self.sock}.ttrpc")):
                 sock.unlink(missing_ok=True)
-        if self._chains_before is not None:
-            _drop_chains(_kube_chains() - self._chains_before)  # the kubelet's KUBE-FIREWALL and canaries
-            self._chains_before = None
         keep = os.environ.get("GPUSLICE_E2E_LOGS")  # a directory to keep the node's logs in
         if keep:
             Path(keep).mkdir(parents=True, exist_ok=True)
             for log in (self.kubelet_log, self.containerd_log):
                 with contextlib.suppress(OSError):
                     shutil.copy(log, Path(keep) / log.name)
-        subprocess.run(["ip", "link", "delete", "gpuslice-e2e0"], capture_output=True)
-        shutil.rmtree(self.root, ignore_errors=True)
+        self.record.close()
         # the device manager's socket and checkpoint (and our plugins' sockets) at the fixed path
         shutil.rmtree(DEVICE_PLUGINS, ignore_errors=True)
-        for made in self._made:
-            shutil.rmtree(made, ignore_errors=True)
-
-
-def _kube_chains() -> set[tuple[str, str, str]]:
-    """(command, table, chain) of every KUBE-* iptables chain now, IPv4 and IPv6."""
-    found = set()
-    for command in ("iptables", "ip6tables"):
-        for table in ("filter", "nat", "mangle"):
-            try:
-                rules = subprocess.run([command, "-t", table, "-S"], capture_output=True, text=True, timeout=30).stdout
-            except (OSError, subprocess.SubprocessError):
-                continue
-            found |= {(command, table, line.split()[1]) for line in rules.splitlines() if line.startswith("-N KUBE-")}
-    return found
-
-
-def _drop_chains(chains: set[tuple[str, str, str]]) -> None:
-    """Remove the jumps to ``chains``, then the chains themselves."""
-    for command, table, chain in chains:
-        rules = subprocess.run([command, "-t", table, "-S"], capture_output=True, text=True).stdout
-        for line in rules.splitlines():
-            parts = shlex.split(line)
-            if parts[:1] == ["-A"] and parts[1] != chain and "-j" in parts and parts[parts.index("-j") + 1] == chain:
-                subprocess.run([command, "-t", table, "-D", *parts[1:]], capture_output=True)
-    for command, table, chain in chains:
-        subprocess.run([command, "-t", table, "-F", chain], capture_output=True)
-    for command, table, chain in chains:
-        subprocess.run([command, "-t", table, "-X", chain], capture_output=True)
-
-
-def _outermost_missing(path: Path) -> Path:
-    """The highest ancestor of ``path`` (or itself) that does not exist: what creating it creates."""
-    while not path.parent.exists():
-        path = path.parent
-    return path
-
-
-def _kill_shims(root: Path) -> None:
-    """containerd-shim-runc-v2 processes of this node outlive containerd: kill them by PID."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "containerd-shim-runc-v2" in cmdline and str(root) in cmdline:
-            with contextlib.suppress(OSError):
-                os.kill(int(proc.name), 9)
-
-
-def _unmount_under(root: Path) -> None:
-    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-    for m in sorted((m for m in mounts if m.startswith(str(root))), key=len, reverse=True):
-        subprocess.run(["umount", "-l", m], capture_output=True)
+        self._stopped = True
