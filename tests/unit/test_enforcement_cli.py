@@ -231,7 +231,12 @@ def _left_frozen(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _argv(root: Path, runtime: Path) -> list[str]:
-    return ["--node-name", "node-a", "--cgroup-root", str(root), "--runtime-dir", str(runtime)]
+    # every host path the node side serves or writes under the test's own dir: with the defaults, a root run of
+    # this test took over (and on stop removed) the DRA, device-plugin and NRI sockets of a kubelet on this machine
+    host = runtime.parent / "host"
+    return ["--node-name", "node-a", "--cgroup-root", str(root), "--runtime-dir", str(runtime),
+            "--kubelet-dir", str(host / "kubelet"), "--cdi-dir", str(host / "cdi"), "--state-dir", str(host / "state"),
+            "--nri-socket", str(host / "nri" / "nri.sock"), "--limiter-dir", str(host / "limiter")]
 
 
 def test_the_agent_thaws_before_nvml_and_the_api_server_and_logs_the_bound_port(
