@@ -74,5 +74,6 @@ def test_sigterm_closes_idle_connections_at_once_http2_with_a_goaway(tmp_path: P
         http1.close()
         assert server.process.wait(30) == 0
         log = server.log_path.read_text()
-        assert re.search(r"stopping: \d+ idle connection\(s\) closed, 0 with a request in flight", log), log[-3000:]
+        stopped = r"stopping \(extender\): \d+ idle connection\(s\) closed, 0 with a request in flight"
+        assert re.search(stopped, log), log[-3000:]
         assert "Waiting for" not in log and "Forcing close" not in log, log[-3000:]

@@ -3,7 +3,7 @@
 A real gunicorn master with two workers, against an API server that cannot be reached: the extender's
 worker never gets its ledger (not ready), yet the webhook's worker answers at once, since it needs no
 ledger and no leadership; each worker serves only its own port; a worker that dies is replaced in its
-own role.
+own role; the preStop leave stops the extender's worker only, and SIGTERM stops both at once.
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,7 +80,8 @@ def serve(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], ExtenderCli
     finally:
         extender.close()
         webhook.close()
-        os.kill(proc.pid, signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
         code = proc.wait(30)
         assert code == 0, log_path.read_text(errors="replace")[-4000:]
 
@@ -115,3 +118,30 @@ def test_a_dead_worker_is_replaced_in_its_own_role(
         assert webhook.get("/readyz")[0] == 200 and extender.get("/readyz")[0] == 503
         assert webhook.post("/mutate", review(pod("p", "v100-25")))[0] == 200
         assert extender.post("/mutate", review(pod("p", "v100-25")))[0] == 404
+
+
+def test_the_webhook_answers_through_the_leave_and_closes_its_idle_connections_on_sigterm(
+        serve: tuple[subprocess.Popen[bytes], ExtenderClient, ExtenderClient, Path]) -> None:
+    proc, extender, webhook, log_path = serve
+    assert extender.post("/admin/leave", {})[0] == 200  # the preStop hook (gpuslice leave)
+    assert extender.get("/healthz")[0] == 503, "left: the pod goes out of the Services' endpoints"
+    # the window while the endpoints drop the pod: the webhook still admits, as every other replica does
+    status, doc = webhook.post("/mutate", review(pod("p", "v100-25")))
+    assert status == 200 and doc["response"]["allowed"] is True
+    assert webhook.get("/healthz")[0] == 200
+    idle = socket.create_connection(("127.0.0.1", webhook.port), timeout=10)  # kube-apiserver keeps one alive
+    idle.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    reply = b""
+    while not reply.rstrip().endswith(b"}"):
+        reply += idle.recv(65536)
+    assert b" 200 " in reply.split(b"\r\n", 1)[0]
+    extender.close()
+    webhook.close()
+    proc.send_signal(signal.SIGTERM)
+    assert idle.recv(65536) == b"", "the idle keep-alive connection: closed at once, not left to graceful_timeout"
+    idle.close()
+    assert proc.wait(30) == 0
+    log = log_path.read_text(errors="replace")
+    assert re.search(r"stopping \(webhook\): [1-9]\d* idle connection\(s\) closed, 0 with a request in flight", log), \
+        log[-3000:]
+    assert "Waiting for" not in log and "Forcing close" not in log, log[-3000:]
