@@ -116,7 +116,8 @@ def test_helm_install_wait_returns_with_everything_ready(cluster: FullCluster, s
 
 def test_check(cluster: FullCluster, shell: dict[str, str]) -> None:
     ran = readme.run("check", shell).check()
-    assert re.search(r"^mode \S+, policy \S+, ready;", ran.stdout, re.MULTILINE), ran.stdout  # not NOT READY
+    ready = r"^mode \S+, policy \S+, (admission \S+, )?ready;"  # not NOT READY
+    assert re.search(ready, ran.stdout, re.MULTILINE), ran.stdout
     assert NODE in ran.stdout, ran.stdout  # the node, with the agent's inventory of its cards
     assert "free slices: v100-25 x12" in ran.stdout, ran.stdout
 
