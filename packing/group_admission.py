@@ -40,7 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from packing.admission.holds import Holds
+from packing.admission.holds import Holds, fits_off
 from packing.admission.view import AdmissionView
 from packing.claims import Admission, QueueError, WaitingClaim
 from packing.drain import claims_by_gpu, gpu_target
@@ -399,9 +399,5 @@ class GroupLens:
     def _fits_outside(self, r: Request) -> bool:
         """Does ``r`` fit now on GPUs the front group's target does not hold, on a node its pod may use?"""
         if r not in self._outside:
-            ledger = self.view.ledger
-            self._outside[r] = any(
-                n.allows(r) and ledger.host_fits(n, r)
-                and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r) if g.uuid not in self.held) >= r.count)
-                for n in ledger.nodes.values())
+            self._outside[r] = fits_off(self.view.ledger, r, self.held)
         return self._outside[r]

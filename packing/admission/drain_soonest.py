@@ -40,7 +40,7 @@ import heapq
 from dataclasses import dataclass
 from typing import Protocol
 
-from packing.admission.holds import Holds, is_hold
+from packing.admission.holds import Holds, fits_off, is_hold
 from packing.admission.view import AdmissionView
 from packing.claims import DRAIN_SOONEST, Admission, WaitingClaim
 from packing.drain import GpuTarget, claims_by_gpu, gpu_target, pick_gpu_target
@@ -547,11 +547,7 @@ class _DrainLens:
     def _fits_outside(self, r: Request) -> bool:
         """Does ``r`` fit now on GPUs no head holds, on a node its pod may use?"""
         if r not in self._outside:
-            ledger = self.view.ledger
-            self._outside[r] = any(
-                n.allows(r) and ledger.host_fits(n, r)
-                and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r) if g.uuid not in self.held) >= r.count)
-                for n in ledger.nodes.values())
+            self._outside[r] = fits_off(self.view.ledger, r, self.held)
         return self._outside[r]
 
     def _fits_on(self, r: Request, t: GpuTarget) -> bool:

@@ -21,6 +21,14 @@ def is_hold(claim: str) -> bool:
     return claim.startswith(HOLD_PREFIX)
 
 
+def fits_off(ledger: Ledger, r: Request, held: set[str] | frozenset[str]) -> bool:
+    """Does ``r`` fit now on GPUs not in ``held``, on a node its pod may use? O(nodes x GPUs)."""
+    return any(
+        n.allows(r) and ledger.host_fits(n, r)
+        and (r.gpu_less or sum(1 for g in ledger.fitting_gpus(n, r) if g.uuid not in held) >= r.count)
+        for n in ledger.nodes.values())
+
+
 class Holds:
     """The holds of one step on one ledger."""
 
