@@ -178,7 +178,7 @@ class _Step:
         self.ledger = view.ledger
         self.holds = holds
         self.out: list[Admission] = []
-        self.failed: set[Request] = set()  # shapes that fit nowhere outside the targets this step
+        self.failed: dict[Request, int] = {}  # shapes that fit nowhere off the holds -> ``holds.lifted`` then
         self.heads: dict[Request, list[WaitingClaim]] = {}  # this step's heads by shape, in starving order
         self.held_gpus = 0  # GPUs the targets of this step's heads take
         self._on: dict[str, list[Allocation]] | None = None
@@ -194,7 +194,10 @@ class _Step:
         self._trim()
         self._best_effort_pass()
         self._backfill()
+        lifted = self.holds.lifted
         self._drop_over_entitlement()
+        if self.holds.lifted != lifted:  # targets let go: what fits there now starts this step, not the next
+            self._best_effort_pass()
         self.s._pools = self.pools
         self.s._heads = self._shown()
         self.s._front = self.front if self.front is not None and self.heads.get(self.front) else None
@@ -288,7 +291,7 @@ class _Step:
             if not self._satisfiable(r) or v.over_entitlement(cls):
                 continue  # the whole class: it never fits, or usage only grows within a step
             w = v.claim_at(cls.keys[i])
-            if r not in self.failed:
+            if not self._failed(r):
                 choice = v.choose(r)
                 if choice is not None:
                     self.out.append(v.admit(w.claim, choice))
@@ -297,7 +300,7 @@ class _Step:
                 if self._steered(w):
                     self._offer(heap, cls, i, push=True)
                     continue
-                self.failed.add(r)
+                self.failed[r] = self.holds.lifted
             if r.gpu_less or (self.held_gpus > 0 and self.held_gpus + r.count > cap):
                 continue  # the first head always holds its target; the others only within the cap
             if not self.s.holding.may_head(v, w):
@@ -318,6 +321,11 @@ class _Step:
                 self.front = r
             self.held_gpus += r.count
             self._offer(heap, cls, i + 1, push=True)
+
+    def _failed(self, r: Request) -> bool:
+        """Did ``r`` fit nowhere off the holds, and has no hold been lifted since? (A lifted hold -- a target
+        trimmed, or a head started on part of it -- may make room: then ``r`` is tried again.)"""
+        return self.failed.get(r) == self.holds.lifted
 
     def _satisfiable(self, r: Request) -> bool:
         """``view.satisfiable``, once per shape and step (every class of a shape asks)."""
@@ -402,6 +410,7 @@ class _Step:
                 if u in self.holds and u not in front]
         if not soft:
             return False
+        lifted = self.holds.lifted
         for u in soft:
             self.holds.lift(u)
         try:
@@ -413,6 +422,7 @@ class _Step:
         finally:
             for u in soft:
                 self.holds.hold(u)
+            self.holds.lifted = lifted  # held again: nothing was let go
 
     # ---- 3: everyone else -------------------------------------------------------------------------
 
@@ -422,7 +432,7 @@ class _Step:
         while (item := walk.pop()) is not None:
             key, shape, cls = item
             r = shape.request
-            if r in self.failed or not self._satisfiable(r):
+            if self._failed(r) or not self._satisfiable(r):
                 continue
             if v.over_entitlement(cls):
                 walk.advance(shape, key)
@@ -432,7 +442,7 @@ class _Step:
                 if self._steered(v.claim_at(key)):
                     walk.advance(shape, key)
                     continue
-                self.failed.add(r)
+                self.failed[r] = self.holds.lifted
                 continue
             self.out.append(v.admit(v.claim_at(key).claim, choice))
             walk.advance(shape, key)
@@ -527,13 +537,13 @@ class _DrainLens:
         head = self.heads.get(w.claim)
         if head is not None:
             t = head.target
-            if w.claim not in self.held_by:  # it steers: nothing is reserved for it
-                if fit:
-                    return None  # the next step starts it, on its target or elsewhere
+            if w.claim in self.held_by:
+                need = message if not fit else "fits only on GPUs held for claims ahead of it"
+                text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
+                return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
+            if not fit:  # it steers: nothing is reserved for it
                 return NO_CAPACITY, f"{message}; {self.words.steered(w, self.where(t), v.now)}", None
-            need = message if not fit else "fits only on GPUs held for claims ahead of it"
-            text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
-            return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
+            # a steered head that fits: the step starts it only off the held GPUs, as any other claim
         if not fit or not self.held or self._fits_outside(w.request):
             return None
         on = [h for h in self.held_by.values() if self._fits_on(w.request, h.target)]

@@ -35,6 +35,7 @@ class Holds:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self._held: dict[str, str] = {}  # GPU uuid -> the hold's claim id
+        self.lifted = 0  # holds given back so far: a fit that failed before the last one may succeed now
 
     def __contains__(self, gpu: object) -> bool:
         return gpu in self._held
@@ -53,6 +54,7 @@ class Holds:
         name = self._held.pop(gpu, None)
         if name is not None and name in self.ledger.allocations:
             self.ledger.release(name)
+            self.lifted += 1
 
     def release_all(self) -> None:
         for gpu in list(self._held):

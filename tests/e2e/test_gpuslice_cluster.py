@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from packing.explain import ADMISSIBLE
 from packing.kube.client import MERGE_PATCH, Kube, KubeError
 from packing.queue import REASONS
 
@@ -223,7 +224,8 @@ def settled(gs: h.Gpuslice, kube: Kube, ns: str, total: int) -> dict[str, Any] |
         if h.node_of(pod):
             continue
         cond = h.queued(pod)
-        if cond is None or cond["status"] != "True" or cond["reason"] not in REASONS:
+        # Admissible: explained before the admission step that starts it, so still in flight
+        if cond is None or cond["status"] != "True" or cond["reason"] not in REASONS or cond["reason"] == ADMISSIBLE:
             return None
     return {"pods": items, "state": state}
 
