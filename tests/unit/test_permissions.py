@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[2]
 # component -> (its roles in the manifests, the code that runs under them)
 COMPONENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # the chart's pre-delete hook runs `gpuslice slices` under the extender's service account
-    "extender": (("gpuslice-extender",), ("extender/cluster", "extender/history", "extender/slices.py")),
+    "extender": (("gpuslice-extender",), ("extender/cluster", "extender/history", "extender/slices.py",
+                                          "extender/evict_slices.py")),
     # gpuslice-certs-init: the pre-install hook's own Role (its Secrets only, before the release exists)
     "certs": (("gpuslice-certs", "gpuslice-certs-init"), ("extender/certs",)),
     "agent": (("gpuslice-agent",), ("enforcement",)),
