@@ -23,6 +23,8 @@ MATRIX: dict[str, dict[str, Any]] = {
     "minimal": {"agent": {"enabled": False, "pacing": False}, "admission": {"enabled": False},
                 "uninstall": {"refuseWhileInUse": False},
                 "claimTemplates": {"namespaces": []}, "extender": {"replicas": 1}, "scheduler": {"replicas": 1}},
+    # the uninstall hook evicts (refuseWhileInUse off does not turn it off: evictPods wants the hook)
+    "uninstall-evicts": {"uninstall": {"refuseWhileInUse": False, "evictPods": True, "evictTimeoutSeconds": 600}},
     "permissive-admission": {"admission": {"refuseBareGpu": {"enabled": False}, "refuseVirtualMachines": False},
                              "webhook": {"failurePolicy": "Ignore", "exemptNamespaces": ["kube-system", "monitoring"]}},
     "custom-catalog-pool": {

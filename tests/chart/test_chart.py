@@ -183,12 +183,19 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
         args = containers(one(objs, "DaemonSet", "gpuslice-agent"))[0]["args"]
         count = values["agent"]["simulatedGpus"]
         assert [a for a in args if a.startswith("--simulated-gpus")] == ([f"--simulated-gpus={count}"] if count else [])
-    # the uninstall check: a pre-delete hook unless turned off
+    # the uninstall check: a pre-delete hook unless turned off; it evicts first with evictPods
+    uninstall = values["uninstall"]
     checks = [o for o in objs if o["kind"] == "Job" and o["metadata"]["name"] == "gpuslice-uninstall-check"]
-    assert len(checks) == int(values["uninstall"]["refuseWhileInUse"])
+    assert len(checks) == int(uninstall["refuseWhileInUse"] or uninstall["evictPods"])
     for job in checks:
         assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
-        assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--refuse"]
+        timeout = uninstall["evictTimeoutSeconds"]
+        if uninstall["evictPods"]:
+            assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--evict",
+                                                     "--timeout", str(timeout)]
+            assert job["spec"]["activeDeadlineSeconds"] > timeout  # the command names what stays, not the Job's end
+        else:
+            assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--refuse"]
 
 
 @pytest.mark.parametrize("case", sorted(MATRIX))
@@ -238,6 +245,8 @@ def test_the_extender_service_reaches_the_leader_only(renders: dict[str, list[Ob
     ({"entitlements": {"team-a": 8}}, "at '/entitlements/team-a'"),
     ({"policy": "best_fit"}, "at '/policy'"),
     ({"extender": {"podGroups": {"bindWaitSeconds": 30}}}, "at '/extender/podGroups/bindWaitSeconds'"),
+    ({"uninstall": {"evictPods": True, "evictTimeoutSeconds": -1}}, "at '/uninstall/evictTimeoutSeconds'"),
+    ({"uninstall": {"evictPods": "yes"}}, "at '/uninstall/evictPods'"),
 ])
 def test_bad_values_are_refused_naming_the_value(helm: Path, values: dict[str, Any], message: str) -> None:
     with pytest.raises(RuntimeError, match=re.escape(message)):
