@@ -24,7 +24,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "certs": ("extender.certs.cli:main", "make or renew the TLS certificates in Secrets, set the webhook's caBundle"),
     "history": ("extender.history.cli:main", "export the demand history a running extender keeps (JSON Lines)"),
     "gates": ("extender.gates:main", "list (or --lift) the pods still held by gpuslice's scheduling gate"),
-    "slices": ("extender.slices:main", "list the pods that still use gpuslice (--refuse: fail naming them)"),
+    "slices": ("extender.slices:main", "list the pods that still use gpuslice (--refuse: fail naming them; "
+                                       "--evict: evict them, fail naming those that stay)"),
     "agent": ("enforcement.cli:main", "run the node agent (--simulate: against a simulated GPU)"),
     "simulate": ("simulations.cli:simulate_main", "replay a trace through the packer and the queue"),
     "plan": ("simulations.cli:plan_main", "find the smallest card count that meets a wait target"),

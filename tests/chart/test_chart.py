@@ -194,6 +194,7 @@ def test_what_the_values_ask_for_is_what_is_rendered(case: str, renders: dict[st
             assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--evict",
                                                      "--timeout", str(timeout)]
             assert job["spec"]["activeDeadlineSeconds"] > timeout  # the command names what stays, not the Job's end
+            assert job["metadata"]["annotations"]["helm.sh/hook-output-log-policy"] == "hook-succeeded,hook-failed"
         else:
             assert containers(job)[0]["command"] == ["gpuslice", "slices", "--all-namespaces", "--refuse"]
 

@@ -13,8 +13,9 @@ One story, in order (each test builds on the one before; the session's cluster i
    pods are being created: the Lease given up, not waited out, and no creation refused;
 7. the agent restarted under running slice pods;
 8. uninstall: refused while a slice pod runs (naming it), then README's uninstall, leaving nothing
-   behind (API objects, host paths); the plain manifests installed, used, removed and reinstalled at
-   once; and at the end, once the kubelet lets go of them, the nodes' gpuslice capacity.
+   behind (API objects, host paths); installed again, and uninstalled in the evict mode under running
+   slice pods, stranding none; the plain manifests installed, used, removed and reinstalled at once;
+   and at the end, once the kubelet lets go of them, the nodes' gpuslice capacity.
 
 Figures (times, sizes) are printed and, with ``GPUSLICE_E2E_TIMINGS=<file>``, written as JSON.
 """
@@ -434,11 +435,56 @@ def test_readme_uninstall_leaves_nothing_behind(cluster: FullCluster, shell: dic
     ran = readme.run("uninstall", shell, timeout=600).check()
     _fig("uninstall_s", round(ran.seconds, 1))
     assert "no pod uses gpuslice" in ran.stdout
+    readme.run("uninstall-leftovers", shell, timeout=600).check()
     assert _leftovers(cluster) == []
     readme.run("uninstall-node", shell).check()
     assert _host_leftovers() == []
     # nothing can be placed on the node's gpuslice resources any more (the kubelet keeps their names: below)
     wait_for(lambda: all(v == "0" for v in _allocatable(cluster).values()), 60, what="no gpuslice allocatable")
+
+
+def _claim_of(pod: dict[str, Any]) -> str:
+    return str(pod["status"]["resourceClaimStatuses"][0]["resourceClaimName"])
+
+
+def test_the_evict_mode_uninstalls_under_running_slice_pods_and_strands_none(cluster: FullCluster,
+                                                                             shell: dict[str, str]) -> None:
+    """Issue #26 defect 2, told to evict: the hook evicts the slice pods and waits until they are gone (the agent,
+    still there, releases the DRA claim), so `helm uninstall` succeeds and no pod is left Terminating."""
+    k = kube(cluster)
+    readme.run("namespace", shell).check()
+    ran = readme.run("install", shell, timeout=600).check()
+    _fig("reinstall_wait_s", round(ran.seconds, 1))
+    try:
+        create(cluster, slice_pod("evict-dra", "v100-50", "dra"))
+        create(cluster, slice_pod("evict-res", "v100-25", "resource"))
+        pods = {n: running(k, n) for n in ("evict-dra", "evict-res")}
+        claim = _claim_of(pods["evict-dra"])
+        assert (k.get_claim("default", claim) or {}).get("status", {}).get("allocation"), claim
+        ran = readme.run("uninstall-evict", shell, timeout=600).check()
+        _fig("evict_uninstall_s", round(ran.seconds, 1))
+        said = ran.stdout + ran.stderr  # helm prints the hook's log (its hook-output-log-policy)
+        print("\n".join(line for line in said.splitlines() if "gpuslice slices: " in line))
+        evicted = sorted(re.findall(r"evicted default/(\S+) ", said))
+        _fig("evict_uninstall_pods_evicted", evicted)
+        assert evicted == sorted(pods) and "no pod uses gpuslice any more" in said, said
+        # gone when helm returned, not Terminating: the hook waited for them before the agent went
+        assert {n: k.get_pod("default", n) for n in pods} == {n: None for n in pods}
+        status = subprocess.run(["helm", "status", "gpuslice", "--namespace", NS], env=shell, capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode != 0 and "not found" in status.stderr, (status.stdout, status.stderr)
+
+        def released() -> bool:  # the claim made for the pod goes with it (or at least is not allocated)
+            left = k.get_claim("default", claim)
+            return left is None or not (left.get("status") or {}).get("allocation")
+
+        wait_for(released, 60, what=f"claim {claim} deallocated")
+        readme.run("uninstall-leftovers", shell, timeout=600).check()
+        assert _leftovers(cluster) == []
+        readme.run("uninstall-node", shell).check()
+        assert _host_leftovers() == []
+    finally:
+        delete_all(cluster)
 
 
 def test_the_plain_manifests_install_work_and_uninstall_and_reinstall_at_once(
