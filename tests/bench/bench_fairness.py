@@ -23,18 +23,21 @@ on two cores. ``--seeds``, ``--jobs`` and ``--rho`` override the sizes.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
+import re
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from packing.products import load_catalog
 from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST, WORST_FIRST, ClaimQueue
-from simulations import protocol_b
+from simulations import fairness, protocol_b
 from simulations.cli import simulate_main
 from simulations.engine import EngineConfig
 from simulations.ideal import reference_waits
@@ -173,13 +176,138 @@ def reference_table(traces: Path, rhos: list[float], seeds: tuple[int, ...], job
             for seed in seeds:
                 pool, reqs, _ = protocol_b.seed_workload(source, catalog, config, 64_000, seed)
                 first = reference_waits(pool, reqs, 64)
-                last = reference_waits(pool, reqs, 64, wholes_first=True)
+                last = reference_waits(pool, reqs, 64, wholes_after_s=0)
                 for product in first:
                     per.setdefault(product, []).append((p99(first[product]), p99(last[product])))
             cells = ", ".join(f"{p} {statistics.fmean(a for a, _ in v) / 60:.1f} / "
                               f"{statistics.fmean(b for _, b in v) / 60:.1f}"
                               for p, v in sorted(per.items(), key=lambda kv: product_order(kv[0])))
             lines.append(f"  {mix:<12} ρ {rho:<5} {cells}")
+    return "\n".join(lines)
+
+
+FRONTIER_TAUS_MIN = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 240.0, math.inf)
+_MIX = re.compile(r"openb_pod_list_([A-Za-z0-9_-]+)\.csv")
+
+
+def frontier_cell(source: protocol_b.PoolSource, rho: float, seeds: Sequence[int], jobs: int,
+                  taus_s: Sequence[float]) -> tuple[dict[float, dict[str, float]], dict[str, float]]:
+    """Per τ (``reference_waits``' ``wholes_after_s``, seconds), per product: the mean of per-seed p99
+    waits in seconds under the no-fragmentation reference, on the full table's workload for each seed;
+    and the same for the whole-card jobs alone (every slice removed: no order between products serves
+    them better in the reference, only a different order among themselves could)."""
+    catalog = load_catalog()
+    config = protocol_b.ProtocolBConfig(rounding="slices", rho=rho, jobs=jobs)
+    per: dict[float, dict[str, list[float]]] = {tau: {} for tau in taus_s}
+    alone: dict[str, list[float]] = {}
+    for seed in seeds:
+        pool, reqs, _ = protocol_b.seed_workload(source, catalog, config, 64_000, seed)
+        for tau in taus_s:
+            for product, waits in reference_waits(pool, reqs, 64, wholes_after_s=tau).items():
+                per[tau].setdefault(product, []).append(p99(waits))
+        kept = [k for k, r in enumerate(reqs) if r.whole]
+        for product, waits in reference_waits([pool[k] for k in kept], [reqs[k] for k in kept], 64).items():
+            alone.setdefault(product, []).append(p99(waits))
+    return ({tau: {p: statistics.fmean(v) for p, v in row.items()} for tau, row in per.items()},
+            {p: statistics.fmean(v) for p, v in alone.items()})
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """The family's best point for the worst-served product, with no product sacrificed."""
+
+    tau_s: float
+    worst_product: str
+    worst_p99_s: float
+    ratio: float  # to best effort's worst product's p99
+
+
+def sacrificed(row: Mapping[str, float], best_effort: Mapping[str, float]) -> list[str]:
+    """The products of ``row`` above 1.25 x their best-effort p99 + 5 min (``fairness.limit_s``)."""
+    return [p for p, v in row.items() if p in best_effort and v > fairness.limit_s(best_effort[p])]
+
+
+def best_point(rows: Mapping[float, Mapping[str, float]], best_effort: Mapping[str, float]) -> FrontierPoint | None:
+    """Among the τ whose every product stays within its limit (``sacrificed``), the one with the smallest
+    worst-product p99 (the larger τ on a tie: fewer slices pass); None when every τ sacrifices one."""
+    reference_worst = max(best_effort.values())
+    fair = {tau: row for tau, row in rows.items() if row and not sacrificed(row, best_effort)}
+    if not fair:
+        return None
+    tau = min(fair, key=lambda t: (max(fair[t].values()), -t))
+    row = fair[tau]
+    product = max(row, key=lambda p: (row[p], product_order(p)))
+    worst_s = row[product]
+    return FrontierPoint(tau, product, worst_s, worst_s / reference_worst if reference_worst > 0 else math.inf)
+
+
+def read_best_effort(path: Path) -> dict[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]]:
+    """From a ``gpuslice simulate --json`` file (one workload and load, or a sweep of them): per (mix, ρ)
+    the seeds and best effort's per-product p99 in seconds (mean of per-seed p99, ``fairness.p99_by_product``)."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    out: dict[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]] = {}
+    for block in data.get("sweep") or [data]:
+        mix = _MIX.search(str(block.get("workload", "")))
+        rho = block.get("rho_target")
+        run = next((r for r in block.get("runs", []) if r.get("admission") == fairness.REFERENCE), None)
+        if mix is None or rho is None or run is None:
+            continue
+        out.setdefault((mix.group(1), float(rho)), (tuple(block.get("seeds", ())), fairness.p99_by_product(run)))
+    return out
+
+
+def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], jobs: int,
+                   taus_min: Sequence[float] = FRONTIER_TAUS_MIN,
+                   best_effort: Mapping[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]] | None = None
+                   ) -> str:
+    """The no-fragmentation reference's frontier between slices first and whole cards first, per
+    single-card mix and load: each product's p99 per τ and, given best effort's figures for the cell
+    (same seeds), the smallest worst-product p99 the family reaches with no product sacrificed."""
+    taus_s = [60.0 * t for t in taus_min]
+    lines = ["no-fragmentation reference frontier (simulations/ideal.py; minutes, mean of per-seed p99): whole-card "
+             "jobs go ahead of slices once they have waited τ (0: whole cards first, ∞: slices first); `!`: above "
+             "1.25 x best effort's p99 + 5 min"]
+    for mix in MIXES:
+        for rho in rhos:
+            rows, alone = frontier_cell(mix_pool(traces, mix, rho, jobs), rho, seeds, jobs, taus_s)
+            products = sorted({p for row in rows.values() for p in row}, key=product_order)
+            known = (best_effort or {}).get((mix, rho))
+            be = known[1] if known is not None and known[0] == seeds else {}
+            lines.append("")
+            head = f"{mix} ρ {rho}, seeds {seeds[0]}-{seeds[-1]}, {jobs} jobs, 64 cards"
+            if be:
+                head += "; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be)
+            elif known is not None:
+                head += f"; best effort's figures are for seeds {known[0]}, not these: not judged"
+            else:
+                head += "; no best-effort figures for this cell (--best-effort FILE.json): not judged"
+            lines.append(head)
+            lines.append(f"  {'τ min':>6} " + " ".join(f"{p:>10}" for p in products) + "  worst")
+            for tau_min, tau in zip(taus_min, taus_s, strict=True):
+                row = rows[tau]
+                over = set(sacrificed(row, be))
+                cells = " ".join(f"{row[p] / 60:>9.1f}{'!' if p in over else ' '}" for p in products)
+                worst_p = max(row, key=lambda p: (row[p], product_order(p)))
+                lines.append(f"  {'∞' if math.isinf(tau_min) else f'{tau_min:g}':>6} {cells} {worst_p} "
+                             f"{row[worst_p] / 60:.1f}")
+            lines.append(f"  {'alone':>6} " + " ".join(f"{alone[p] / 60:>9.1f} " if p in alone else f"{'-':>9} "
+                                                        for p in products) + " (whole cards, every slice removed)")
+            if not be:
+                continue
+            be_worst = max(be.values())
+            goal = fairness.SHARP_RATIO * be_worst
+            best = best_point(rows, be)
+            if best is None:
+                lines.append(f"  every τ sacrifices a product: no point of the family meets the goal "
+                             f"(0.8 x best effort's worst is {goal / 60:.1f})")
+                continue
+            tau_text = "∞" if math.isinf(best.tau_s) else f"{best.tau_s / 60:g} min"
+            reach = ("reachable" if best.worst_p99_s <= goal + 1e-9 else "NOT reachable") + " in the reference"
+            if be_worst < fairness.SACRIFICE_SLACK_S:
+                reach = "not judged (best effort's worst is under 5 min: no tail to cut)"
+            lines.append(f"  best with no product sacrificed: τ {tau_text}, {best.worst_product} "
+                         f"{best.worst_p99_s / 60:.1f} = {best.ratio:.2f} x best effort's worst "
+                         f"({be_worst / 60:.1f}); 0.8 x is {goal / 60:.1f}: {reach}")
     return "\n".join(lines)
 
 
@@ -197,14 +325,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="with --full: a folder for each command's figures (<name>.json)")
     ap.add_argument("--reference", action="store_true",
                     help="only the no-fragmentation reference (needs GPUSLICE_TRACES)")
+    ap.add_argument("--frontier", action="store_true",
+                    help="the no-fragmentation reference's frontier over τ on the single-card mixes (needs "
+                         "GPUSLICE_TRACES); judged against best effort with --best-effort")
+    ap.add_argument("--best-effort", type=Path, action="append", default=[], metavar="FILE.json",
+                    help="with --frontier: best effort's figures, a `gpuslice simulate --json` file (repeatable)")
+    ap.add_argument("--taus", default=",".join("inf" if math.isinf(t) else f"{t:g}" for t in FRONTIER_TAUS_MIN),
+                    help="with --frontier: the τ grid in minutes (inf: slices first)")
     args = ap.parse_args(argv if argv is not None else [])
-    if args.reference:
+    if args.reference or args.frontier:
         root = os.environ.get("GPUSLICE_TRACES")
         if not root:
             print("bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/", file=sys.stderr)
             return 2
-        print(reference_table(Path(root) / "alibaba-openb", [float(x) for x in args.rho.split(",")],
-                              parse_seeds(args.seeds), args.jobs))
+        traces, rhos, seeds = Path(root) / "alibaba-openb", [float(x) for x in args.rho.split(",")], \
+            parse_seeds(args.seeds)
+        if args.reference:
+            print(reference_table(traces, rhos, seeds, args.jobs))
+            return 0
+        try:
+            taus = [float(t) for t in args.taus.split(",")]
+            best_effort = {k: v for path in args.best_effort for k, v in read_best_effort(path).items()}
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"bench-fairness: {e}", file=sys.stderr)
+            return 2
+        if not taus or any(not t >= 0 for t in taus):
+            print(f"bench-fairness: --taus needs minutes >= 0, got {args.taus!r}", file=sys.stderr)
+            return 2
+        print(frontier_table(traces, rhos, seeds, args.jobs, taus, best_effort), flush=True)
         return 0
     if args.full:
         return full_table(args.seeds, args.jobs, args.rho, out=args.out)

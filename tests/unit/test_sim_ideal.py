@@ -1,8 +1,9 @@
-"""``simulations.ideal``: the no-fragmentation reference the fairness table sets whole-card tails against."""
+"""``simulations.ideal``: the no-fragmentation reference the fairness table sets every product's tail against."""
 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -30,14 +31,14 @@ def test_slices_pack_fluidly_and_whole_cards_take_what_is_left_in_order() -> Non
     jobs, reqs = jobs_of(("v100-100", 0, 100, 2), ("v100-25", 1, 10, 1), ("v100-100", 2, 10, 1))
     first = reference_waits(jobs, reqs, cards=2)
     assert first == {"v100-100x2": [0], "v100-25": [99], "v100-100": [98]}
-    assert reference_waits(jobs, reqs, cards=2, wholes_first=True) == first  # nothing to reorder here
+    assert reference_waits(jobs, reqs, cards=2, wholes_after_s=0) == first  # nothing to reorder here
 
 
 def test_whole_cards_first_lets_them_pass_waiting_slices() -> None:
     jobs, reqs = jobs_of(("v100-100", 0, 100, 1), ("v100-50", 1, 100, 1), ("v100-50", 2, 100, 1),
                          ("v100-100", 3, 10, 1))
     slices_first = reference_waits(jobs, reqs, cards=2)
-    wholes_first = reference_waits(jobs, reqs, cards=2, wholes_first=True)
+    wholes_first = reference_waits(jobs, reqs, cards=2, wholes_after_s=0)
     assert slices_first["v100-100"] == [0, 97] and slices_first["v100-50"] == [0, 0]
     assert wholes_first["v100-100"] == [0, 97]  # the halves came first and fit: nobody waits for them
 
@@ -47,3 +48,38 @@ def test_a_job_that_never_fits_waits_for_ever_and_bad_input_is_refused() -> None
     assert reference_waits(jobs, reqs, cards=2) == {"v100-100x4": [math.inf]}
     with pytest.raises(ValueError):
         reference_waits(jobs, [], cards=2)
+    for tau in (-1.0, math.nan):
+        with pytest.raises(ValueError, match="wholes_after_s"):
+            reference_waits(jobs, reqs, cards=2, wholes_after_s=tau)
+
+
+# One card, busy with W0 until 100; W1 (20) and W2 (90) wait for it beside the half H1 (30). At 100:
+#   τ = ∞ (slices first): H1 starts (waits 70); W1 at 110 when H1 leaves (90); W2 at 120 (30).
+#   τ = 0 (wholes first): W1 at 100 (80), W2 at 110 (20), H1 at 120 (90).
+#   τ = 50: W1 has waited 80 >= 50, so it goes first (80); at 110 W2 has waited 20 < 50, so H1 goes (80);
+#   W2 at 120 (30).
+AGING = (("v100-100", 0, 100, 1), ("v100-100", 20, 10, 1), ("v100-50", 30, 10, 1), ("v100-100", 90, 10, 1))
+
+
+@pytest.mark.parametrize(("tau", "wholes", "halves"), [
+    (math.inf, [0, 90, 30], [70]),
+    (0.0, [0, 80, 20], [90]),
+    (50.0, [0, 80, 30], [80]),
+    (80.0, [0, 80, 30], [80]),  # waited exactly τ at 100: it goes first
+    (81.0, [0, 90, 30], [70]),  # one second short of τ: as slices first
+])
+def test_a_whole_card_goes_ahead_of_slices_once_it_has_waited_tau(tau: float, wholes: list[float],
+                                                                  halves: list[float]) -> None:
+    jobs, reqs = jobs_of(*AGING)
+    assert reference_waits(jobs, reqs, cards=1, wholes_after_s=tau) == {"v100-100": wholes, "v100-50": halves}
+
+
+def test_a_tau_longer_than_any_wait_is_slices_first() -> None:
+    rng = random.Random(7)
+    products = ("v100-25", "v100-50", "v100-100")
+    jobs, reqs = jobs_of(*((rng.choice(products), rng.uniform(0, 500), rng.uniform(1, 60), 1) for _ in range(300)))
+    slices_first = reference_waits(jobs, reqs, cards=3)
+    longest = max(w for waits in slices_first.values() for w in waits)
+    assert longest > 60  # a line formed: the order matters here
+    assert reference_waits(jobs, reqs, cards=3, wholes_after_s=longest + 1) == slices_first
+    assert reference_waits(jobs, reqs, cards=3, wholes_after_s=0) != slices_first
