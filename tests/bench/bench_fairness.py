@@ -16,8 +16,21 @@ issue asks for -- ``default`` (single-card), ``gpushare100``, ``gpushare60`` (si
 ``multigpu50`` (multi-card, runtimes borrowed from ``default``) and the built-in synthetic mix, each
 at offered load 0.7, 0.85 and 0.95, 64 cards, runtimes capped at 2 days, seeds 1-10, 15 000 jobs,
 usable capacity at 1.1 -- best effort, worst-first and drain-soonest, through ``gpuslice simulate
---compare-admission``. Needs ``$GPUSLICE_TRACES`` (the folder holding ``alibaba-openb/``); hours
-on two cores. ``--seeds``, ``--jobs`` and ``--rho`` override the sizes.
+--compare-admission``; then the frontier below, judged against that run's best effort. Needs
+``$GPUSLICE_TRACES`` (the folder holding ``alibaba-openb/``); hours on two cores. ``--seeds``,
+``--jobs`` and ``--rho`` override the sizes.
+
+``--frontier`` (minutes): how far the worst-served product could go with no product sacrificed, in
+the no-fragmentation reference (``simulations/ideal.py``, a relaxation: fluid slices, no node
+boundaries) on the single-card mixes' workloads of the full table. Per mix and load it runs two
+families of orders between the corners: ``τ T`` (a whole-card job goes ahead of slices once it has
+waited T min; τ 0: whole cards first) and ``h H`` (arrival order, slices counted H min earlier; h ∞:
+slices first, h 0: first in, first out), ``--cross`` every pair; prints each product's p99 (mean of
+per-seed p99) per order and whole cards alone (every slice removed). With ``--best-effort FILE.json``
+(``gpuslice simulate --json`` of best effort on the same seeds, any number of files) it marks `!` the
+products above 1.25 x their best-effort p99 + 5 min and names the order with the smallest worst-product
+p99 among those that sacrifice none, with its ratio to best effort's worst. An argued reference, not a
+lower bound over all policies (the module docstring says why). ``--reference`` prints the two corners only.
 """
 
 from __future__ import annotations
@@ -29,6 +42,7 @@ import os
 import re
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -116,8 +130,9 @@ def print_cost(rows: dict[str, dict[str, float]]) -> None:
 
 def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] = simulate_main,
                out: Path | None = None) -> int:
-    """The fairness table over every mix and load, through ``gpuslice simulate --compare-admission``; with
-    ``out``, each command's figures also go to ``out/<name>.json`` (``--json``)."""
+    """The fairness table over every mix and load, through ``gpuslice simulate --compare-admission``, each
+    command's figures also in ``out/<name>.json`` (``--json``; a temporary folder without ``out``); then
+    the no-fragmentation reference's frontier, judged against the best-effort figures of ``single.json``."""
     root = os.environ.get("GPUSLICE_TRACES")
     if not root:
         print("bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/", file=sys.stderr)
@@ -132,16 +147,18 @@ def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] 
                        str(t / "openb_pod_list_default.csv"), *common],
         "synthetic": common,
     }
-    for name, argv in runs.items():
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            argv = [*argv, "--json", str(out / f"{name}.json")]
-        print(f"\n$ gpuslice simulate {' '.join(argv)}", flush=True)
-        code = run(argv)
-        if code:
-            return code
-    print()
-    print(reference_table(t, [float(x) for x in rho.split(",")], parse_seeds(seeds), jobs))
+    with tempfile.TemporaryDirectory(prefix="bench-fairness-") as tmp:
+        folder = out if out is not None else Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, argv in runs.items():
+            argv = [*argv, "--json", str(folder / f"{name}.json")]
+            print(f"\n$ gpuslice simulate {' '.join(argv)}", flush=True)
+            code = run(argv)
+            if code:
+                return code
+        print()
+        print(frontier_table(t, [float(x) for x in rho.split(",")], parse_seeds(seeds), jobs,
+                             best_effort=read_best_effort(folder / "single.json")))
     return 0
 
 
@@ -186,37 +203,61 @@ def reference_table(traces: Path, rhos: list[float], seeds: tuple[int, ...], job
     return "\n".join(lines)
 
 
-FRONTIER_TAUS_MIN = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 240.0, math.inf)
+FRONTIER_TAUS_MIN = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 240.0)  # ∞ is h ∞
+FRONTIER_HEAD_STARTS_MIN = (math.inf, 240.0, 120.0, 60.0, 30.0, 15.0, 0.0, -15.0, -30.0, -60.0, -120.0)  # -∞ is τ 0
 _MIX = re.compile(r"openb_pod_list_([A-Za-z0-9_-]+)\.csv")
+
+Order = tuple[float, float]  # (wholes_after_s, slice_head_start_s) of ``reference_waits``
+
+
+def frontier_orders(taus_min: Sequence[float], head_starts_min: Sequence[float], cross: bool = False) -> list[Order]:
+    """The orders the frontier runs: each τ (slices first otherwise), then each head start h (no τ); with
+    ``cross``, every pair (τ, h) instead."""
+    if cross:
+        return [(60.0 * t, 60.0 * h) for t in taus_min for h in head_starts_min]
+    return [(60.0 * t, math.inf) for t in taus_min] + [(math.inf, 60.0 * h) for h in head_starts_min]
+
+
+def order_label(order: Order) -> str:
+    """``τ 30`` (whole cards ahead once they waited 30 min), ``h 15`` (slices count 15 min earlier), ``h ∞``,
+    ``τ 60 h 15`` (both)..."""
+    def minutes(value: float) -> str:
+        return f"{value / 60:g}" if math.isfinite(value) else ("∞" if value > 0 else "-∞")
+
+    tau, head = order
+    if math.isfinite(tau) and math.isfinite(head):
+        return f"τ {minutes(tau)} h {minutes(head)}"
+    return f"τ {minutes(tau)}" if math.isfinite(tau) else f"h {minutes(head)}"
 
 
 def frontier_cell(source: protocol_b.PoolSource, rho: float, seeds: Sequence[int], jobs: int,
-                  taus_s: Sequence[float]) -> tuple[dict[float, dict[str, float]], dict[str, float]]:
-    """Per τ (``reference_waits``' ``wholes_after_s``, seconds), per product: the mean of per-seed p99
-    waits in seconds under the no-fragmentation reference, on the full table's workload for each seed;
-    and the same for the whole-card jobs alone (every slice removed: no order between products serves
-    them better in the reference, only a different order among themselves could)."""
+                  orders: Sequence[Order]) -> tuple[dict[Order, dict[str, float]], dict[str, float]]:
+    """Per order, per product: the mean of per-seed p99 waits in seconds under the no-fragmentation
+    reference, on the full table's workload for each seed; and the same for the whole-card jobs alone
+    (every slice removed)."""
     catalog = load_catalog()
     config = protocol_b.ProtocolBConfig(rounding="slices", rho=rho, jobs=jobs)
-    per: dict[float, dict[str, list[float]]] = {tau: {} for tau in taus_s}
+    per: dict[Order, dict[str, list[float]]] = {order: {} for order in orders}
     alone: dict[str, list[float]] = {}
     for seed in seeds:
         pool, reqs, _ = protocol_b.seed_workload(source, catalog, config, 64_000, seed)
-        for tau in taus_s:
-            for product, waits in reference_waits(pool, reqs, 64, wholes_after_s=tau).items():
-                per[tau].setdefault(product, []).append(p99(waits))
+        for order in orders:
+            tau, head = order
+            for product, waits in reference_waits(pool, reqs, 64, wholes_after_s=tau,
+                                                  slice_head_start_s=head).items():
+                per[order].setdefault(product, []).append(p99(waits))
         kept = [k for k, r in enumerate(reqs) if r.whole]
         for product, waits in reference_waits([pool[k] for k in kept], [reqs[k] for k in kept], 64).items():
             alone.setdefault(product, []).append(p99(waits))
-    return ({tau: {p: statistics.fmean(v) for p, v in row.items()} for tau, row in per.items()},
+    return ({order: {p: statistics.fmean(v) for p, v in row.items()} for order, row in per.items()},
             {p: statistics.fmean(v) for p, v in alone.items()})
 
 
 @dataclass(frozen=True)
 class FrontierPoint:
-    """The family's best point for the worst-served product, with no product sacrificed."""
+    """The frontier's best order for the worst-served product, with no product sacrificed."""
 
-    tau_s: float
+    order: Order
     worst_product: str
     worst_p99_s: float
     ratio: float  # to best effort's worst product's p99
@@ -227,18 +268,19 @@ def sacrificed(row: Mapping[str, float], best_effort: Mapping[str, float]) -> li
     return [p for p, v in row.items() if p in best_effort and v > fairness.limit_s(best_effort[p])]
 
 
-def best_point(rows: Mapping[float, Mapping[str, float]], best_effort: Mapping[str, float]) -> FrontierPoint | None:
-    """Among the τ whose every product stays within its limit (``sacrificed``), the one with the smallest
-    worst-product p99 (the larger τ on a tie: fewer slices pass); None when every τ sacrifices one."""
+def best_point(rows: Mapping[Order, Mapping[str, float]], best_effort: Mapping[str, float]) -> FrontierPoint | None:
+    """Among the orders whose every product stays within its limit (``sacrificed``), the one with the
+    smallest worst-product p99 (the first listed on a tie); None when every order sacrifices one."""
     reference_worst = max(best_effort.values())
-    fair = {tau: row for tau, row in rows.items() if row and not sacrificed(row, best_effort)}
+    fair = {order: row for order, row in rows.items() if row and not sacrificed(row, best_effort)}
     if not fair:
         return None
-    tau = min(fair, key=lambda t: (max(fair[t].values()), -t))
-    row = fair[tau]
+    order = min(fair, key=lambda o: max(fair[o].values()))
+    row = fair[order]
     product = max(row, key=lambda p: (row[p], product_order(p)))
     worst_s = row[product]
-    return FrontierPoint(tau, product, worst_s, worst_s / reference_worst if reference_worst > 0 else math.inf)
+    ratio = worst_s / reference_worst if reference_worst > 0 else (1.0 if worst_s <= 0 else math.inf)
+    return FrontierPoint(order, product, worst_s, ratio)
 
 
 def read_best_effort(path: Path) -> dict[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]]:
@@ -257,24 +299,29 @@ def read_best_effort(path: Path) -> dict[tuple[str, float], tuple[tuple[int, ...
 
 
 def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], jobs: int,
-                   taus_min: Sequence[float] = FRONTIER_TAUS_MIN,
+                   orders: Sequence[Order] | None = None,
                    best_effort: Mapping[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]] | None = None
                    ) -> str:
     """The no-fragmentation reference's frontier between slices first and whole cards first, per
-    single-card mix and load: each product's p99 per τ and, given best effort's figures for the cell
-    (same seeds), the smallest worst-product p99 the family reaches with no product sacrificed."""
-    taus_s = [60.0 * t for t in taus_min]
-    lines = ["no-fragmentation reference frontier (simulations/ideal.py; minutes, mean of per-seed p99): whole-card "
-             "jobs go ahead of slices once they have waited τ (0: whole cards first, ∞: slices first); `!`: above "
-             "1.25 x best effort's p99 + 5 min"]
+    single-card mix and load: each product's p99 per order and, given best effort's figures for the
+    cell (same seeds), the smallest worst-product p99 the orders reach with no product sacrificed."""
+    orders = list(orders if orders is not None else frontier_orders(FRONTIER_TAUS_MIN, FRONTIER_HEAD_STARTS_MIN))
+    width = max(7, *(len(order_label(o)) for o in orders))
+    lines = ["no-fragmentation reference frontier (simulations/ideal.py; minutes, mean of per-seed p99). Orders: "
+             "τ T: a whole-card job goes ahead of slices once it has waited T min, slices first before (τ 0: whole "
+             "cards first); h H: arrival order, a slice counted H min earlier (h ∞: slices first, h 0: first in, "
+             "first out, h -∞: whole cards first); alone: whole cards with every slice removed. "
+             "`!`: above 1.25 x best effort's p99 + 5 min"]
     for mix in MIXES:
         for rho in rhos:
-            rows, alone = frontier_cell(mix_pool(traces, mix, rho, jobs), rho, seeds, jobs, taus_s)
+            rows, alone = frontier_cell(mix_pool(traces, mix, rho, jobs), rho, seeds, jobs, orders)
             products = sorted({p for row in rows.values() for p in row}, key=product_order)
             known = (best_effort or {}).get((mix, rho))
             be = known[1] if known is not None and known[0] == seeds else {}
             lines.append("")
-            head = f"{mix} ρ {rho}, seeds {seeds[0]}-{seeds[-1]}, {jobs} jobs, 64 cards"
+            contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
+            seed_text = f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 1 else ",".join(map(str, seeds))
+            head = f"{mix} ρ {rho}, seeds {seed_text}, {jobs} jobs, 64 cards"
             if be:
                 head += "; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be)
             elif known is not None:
@@ -282,34 +329,30 @@ def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], 
             else:
                 head += "; no best-effort figures for this cell (--best-effort FILE.json): not judged"
             lines.append(head)
-            lines.append(f"  {'τ min':>6} " + " ".join(f"{p:>10}" for p in products) + "  worst")
-            for tau_min, tau in zip(taus_min, taus_s, strict=True):
-                row = rows[tau]
+            lines.append(f"  {'order':>{width}} " + " ".join(f"{p:>10}" for p in products) + "  worst")
+            for order in orders:
+                row = rows[order]
                 over = set(sacrificed(row, be))
                 cells = " ".join(f"{row[p] / 60:>9.1f}{'!' if p in over else ' '}" for p in products)
                 worst_p = max(row, key=lambda p: (row[p], product_order(p)))
-                lines.append(f"  {'∞' if math.isinf(tau_min) else f'{tau_min:g}':>6} {cells} {worst_p} "
-                             f"{row[worst_p] / 60:.1f}")
-            lines.append(f"  {'alone':>6} " + " ".join(f"{alone[p] / 60:>9.1f} " if p in alone else f"{'-':>9} "
-                                                        for p in products) + " (whole cards, every slice removed)")
+                lines.append(f"  {order_label(order):>{width}} {cells} {worst_p} {row[worst_p] / 60:.1f}")
+            lines.append(f"  {'alone':>{width}} " + " ".join(f"{alone[p] / 60:>9.1f} " if p in alone else f"{'-':>9} "
+                                                         for p in products))
             if not be:
                 continue
             be_worst = max(be.values())
             goal = fairness.SHARP_RATIO * be_worst
             best = best_point(rows, be)
             if best is None:
-                lines.append(f"  every τ sacrifices a product: no point of the family meets the goal "
-                             f"(0.8 x best effort's worst is {goal / 60:.1f})")
+                lines.append(f"  every order sacrifices a product (0.8 x best effort's worst is {goal / 60:.1f})")
                 continue
-            tau_text = "∞" if math.isinf(best.tau_s) else f"{best.tau_s / 60:g} min"
             reach = ("reachable" if best.worst_p99_s <= goal + 1e-9 else "NOT reachable") + " in the reference"
             if be_worst < fairness.SACRIFICE_SLACK_S:
                 reach = "not judged (best effort's worst is under 5 min: no tail to cut)"
-            lines.append(f"  best with no product sacrificed: τ {tau_text}, {best.worst_product} "
+            lines.append(f"  best with no product sacrificed: {order_label(best.order)}, {best.worst_product} "
                          f"{best.worst_p99_s / 60:.1f} = {best.ratio:.2f} x best effort's worst "
                          f"({be_worst / 60:.1f}); 0.8 x is {goal / 60:.1f}: {reach}")
     return "\n".join(lines)
-
 
 def p99(waits: list[float]) -> float:
     ordered = sorted(waits)
@@ -326,12 +369,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", action="store_true",
                     help="only the no-fragmentation reference (needs GPUSLICE_TRACES)")
     ap.add_argument("--frontier", action="store_true",
-                    help="the no-fragmentation reference's frontier over τ on the single-card mixes (needs "
+                    help="the no-fragmentation reference's frontier over τ and h on the single-card mixes (needs "
                          "GPUSLICE_TRACES); judged against best effort with --best-effort")
     ap.add_argument("--best-effort", type=Path, action="append", default=[], metavar="FILE.json",
                     help="with --frontier: best effort's figures, a `gpuslice simulate --json` file (repeatable)")
-    ap.add_argument("--taus", default=",".join("inf" if math.isinf(t) else f"{t:g}" for t in FRONTIER_TAUS_MIN),
-                    help="with --frontier: the τ grid in minutes (inf: slices first)")
+    ap.add_argument("--taus", default=",".join(f"{t:g}" for t in FRONTIER_TAUS_MIN),
+                    help="with --frontier: the τ grid in minutes (empty: none)")
+    ap.add_argument("--head-starts", default=",".join(f"{h:g}" for h in FRONTIER_HEAD_STARTS_MIN),
+                    help="with --frontier: the slices' head starts h in minutes, inf and -inf allowed (empty: none)")
+    ap.add_argument("--cross", action="store_true", help="with --frontier: every pair (τ, h) of the two grids")
     args = ap.parse_args(argv if argv is not None else [])
     if args.reference or args.frontier:
         root = os.environ.get("GPUSLICE_TRACES")
@@ -344,15 +390,18 @@ def main(argv: list[str] | None = None) -> int:
             print(reference_table(traces, rhos, seeds, args.jobs))
             return 0
         try:
-            taus = [float(t) for t in args.taus.split(",")]
+            taus = [float(t) for t in args.taus.split(",") if t.strip()]
+            head_starts = [float(h) for h in args.head_starts.split(",") if h.strip()]
             best_effort = {k: v for path in args.best_effort for k, v in read_best_effort(path).items()}
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"bench-fairness: {e}", file=sys.stderr)
             return 2
-        if not taus or any(not t >= 0 for t in taus):
-            print(f"bench-fairness: --taus needs minutes >= 0, got {args.taus!r}", file=sys.stderr)
+        orders = frontier_orders(taus, head_starts, args.cross)
+        if not orders or any(not t >= 0 for t in taus) or any(math.isnan(h) for h in head_starts):
+            print(f"bench-fairness: --taus needs minutes >= 0 and --head-starts numbers, got {args.taus!r} and "
+                  f"{args.head_starts!r}", file=sys.stderr)
             return 2
-        print(frontier_table(traces, rhos, seeds, args.jobs, taus, best_effort), flush=True)
+        print(frontier_table(traces, rhos, seeds, args.jobs, orders, best_effort), flush=True)
         return 0
     if args.full:
         return full_table(args.seeds, args.jobs, args.rho, out=args.out)

@@ -74,6 +74,34 @@ def test_a_whole_card_goes_ahead_of_slices_once_it_has_waited_tau(tau: float, wh
     assert reference_waits(jobs, reqs, cards=1, wholes_after_s=tau) == {"v100-100": wholes, "v100-50": halves}
 
 
+# The same case by arrival order, H1 counted h earlier (its key 30 - h against W1's 20 and W2's 90; ties: wholes):
+#   h = 0 (first in, first out): W1 at 100 (80), H1 at 110 (80), W2 at 120 (30);
+#   h = 11 (H1's key 19 < 20): slices first; h = -60 (H1's key 90, W2's too): wholes first.
+@pytest.mark.parametrize(("head_start", "wholes", "halves"), [
+    (math.inf, [0, 90, 30], [70]),
+    (0.0, [0, 80, 30], [80]),
+    (10.0, [0, 80, 30], [80]),  # a tie with W1: the whole card goes first
+    (11.0, [0, 90, 30], [70]),
+    (-55.0, [0, 80, 30], [80]),
+    (-60.0, [0, 80, 20], [90]),
+    (-math.inf, [0, 80, 20], [90]),
+])
+def test_by_arrival_with_a_head_start_for_slices(head_start: float, wholes: list[float], halves: list[float]) -> None:
+    jobs, reqs = jobs_of(*AGING)
+    assert reference_waits(jobs, reqs, cards=1, slice_head_start_s=head_start) == {"v100-100": wholes,
+                                                                                   "v100-50": halves}
+
+
+def test_a_head_that_does_not_fit_blocks_its_own_line_only() -> None:
+    # one card, half of it busy until 100: the whole card cannot start, the half behind it fits beside the first
+    jobs, reqs = jobs_of(("v100-50", 0, 100, 1), ("v100-100", 1, 10, 1), ("v100-50", 2, 10, 1))
+    for tau, head_start in ((0.0, math.inf), (math.inf, -math.inf), (math.inf, 0.0)):
+        assert reference_waits(jobs, reqs, cards=1, wholes_after_s=tau, slice_head_start_s=head_start) == {
+            "v100-50": [0, 0], "v100-100": [99]}
+    with pytest.raises(ValueError, match="slice_head_start_s"):
+        reference_waits(jobs, reqs, cards=1, slice_head_start_s=math.nan)
+
+
 def test_a_tau_longer_than_any_wait_is_slices_first() -> None:
     rng = random.Random(7)
     products = ("v100-25", "v100-50", "v100-100")
