@@ -25,7 +25,8 @@ the no-fragmentation reference (``simulations/ideal.py``, a relaxation: fluid sl
 boundaries) on the single-card mixes' workloads of the full table. Per mix and load it runs two
 families of orders between the corners: ``τ T`` (a whole-card job goes ahead of slices once it has
 waited T min; τ 0: whole cards first) and ``h H`` (arrival order, slices counted H min earlier; h ∞:
-slices first, h 0: first in, first out), ``--cross`` every pair; prints each product's p99 (mean of
+slices first, h 0: first in, first out), ``--cross`` every pair (τ, h), ``--per-product`` every pair
+of head starts for quarters and halves (``h 60/0``); prints each product's p99 (mean of
 per-seed p99) per order and whole cards alone (every slice removed). With ``--best-effort FILE.json``
 (``gpuslice simulate --json`` of best effort on the same seeds, any number of files) it marks `!` the
 products above 1.25 x their best-effort p99 + 5 min and names the order with the smallest worst-product
@@ -207,27 +208,42 @@ FRONTIER_TAUS_MIN = (0.0, 2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 12
 FRONTIER_HEAD_STARTS_MIN = (math.inf, 240.0, 120.0, 60.0, 30.0, 15.0, 0.0, -15.0, -30.0, -60.0, -120.0)  # -∞ is τ 0
 _MIX = re.compile(r"openb_pod_list_([A-Za-z0-9_-]+)\.csv")
 
-Order = tuple[float, float]  # (wholes_after_s, slice_head_start_s) of ``reference_waits``
+SLICES = ("v100-25", "v100-50")  # the slice products of the single-card mixes (the default catalog)
+Order = tuple[float, float, float]  # wholes_after_s, then slice_head_start_s of SLICES, of ``reference_waits``
 
 
-def frontier_orders(taus_min: Sequence[float], head_starts_min: Sequence[float], cross: bool = False) -> list[Order]:
-    """The orders the frontier runs: each τ (slices first otherwise), then each head start h (no τ); with
-    ``cross``, every pair (τ, h) instead."""
+def frontier_orders(taus_min: Sequence[float], head_starts_min: Sequence[float], cross: bool = False,
+                    per_product: bool = False) -> list[Order]:
+    """The orders the frontier runs: each τ (slices first otherwise), then each head start h for every
+    slice product (no τ); with ``cross``, every pair (τ, h) instead; with ``per_product``, every pair of
+    head starts (quarters', halves') instead."""
+    if cross and per_product:
+        raise ValueError("cross and per_product are two different grids: choose one")
     if cross:
-        return [(60.0 * t, 60.0 * h) for t in taus_min for h in head_starts_min]
-    return [(60.0 * t, math.inf) for t in taus_min] + [(math.inf, 60.0 * h) for h in head_starts_min]
+        return [(60.0 * t, 60.0 * h, 60.0 * h) for t in taus_min for h in head_starts_min]
+    if per_product:
+        return [(math.inf, 60.0 * q, 60.0 * h) for q in head_starts_min for h in head_starts_min]
+    return [(60.0 * t, math.inf, math.inf) for t in taus_min] + [(math.inf, 60.0 * h, 60.0 * h)
+                                                                 for h in head_starts_min]
 
 
 def order_label(order: Order) -> str:
     """``τ 30`` (whole cards ahead once they waited 30 min), ``h 15`` (slices count 15 min earlier), ``h ∞``,
-    ``τ 60 h 15`` (both)..."""
+    ``h 60/0`` (quarters 60, halves 0), ``τ 60 h 15`` (both)..."""
     def minutes(value: float) -> str:
         return f"{value / 60:g}" if math.isfinite(value) else ("∞" if value > 0 else "-∞")
 
-    tau, head = order
-    if math.isfinite(tau) and math.isfinite(head):
-        return f"τ {minutes(tau)} h {minutes(head)}"
-    return f"τ {minutes(tau)}" if math.isfinite(tau) else f"h {minutes(head)}"
+    tau, quarters, halves = order
+    head = minutes(quarters) if quarters == halves else f"{minutes(quarters)}/{minutes(halves)}"
+    if math.isfinite(tau) and not (math.isinf(quarters) and quarters == halves > 0):
+        return f"τ {minutes(tau)} h {head}"
+    return f"τ {minutes(tau)}" if math.isfinite(tau) else f"h {head}"
+
+
+def head_starts(order: Order) -> float | dict[str, float]:
+    """``reference_waits``' ``slice_head_start_s`` for ``order``: one figure, or one per slice product."""
+    _, quarters, halves = order
+    return quarters if quarters == halves else dict(zip(SLICES, (quarters, halves), strict=True))
 
 
 def frontier_cell(source: protocol_b.PoolSource, rho: float, seeds: Sequence[int], jobs: int,
@@ -242,9 +258,8 @@ def frontier_cell(source: protocol_b.PoolSource, rho: float, seeds: Sequence[int
     for seed in seeds:
         pool, reqs, _ = protocol_b.seed_workload(source, catalog, config, 64_000, seed)
         for order in orders:
-            tau, head = order
-            for product, waits in reference_waits(pool, reqs, 64, wholes_after_s=tau,
-                                                  slice_head_start_s=head).items():
+            for product, waits in reference_waits(pool, reqs, 64, wholes_after_s=order[0],
+                                                  slice_head_start_s=head_starts(order)).items():
                 per[order].setdefault(product, []).append(p99(waits))
         kept = [k for k, r in enumerate(reqs) if r.whole]
         for product, waits in reference_waits([pool[k] for k in kept], [reqs[k] for k in kept], 64).items():
@@ -378,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--head-starts", default=",".join(f"{h:g}" for h in FRONTIER_HEAD_STARTS_MIN),
                     help="with --frontier: the slices' head starts h in minutes, inf and -inf allowed (empty: none)")
     ap.add_argument("--cross", action="store_true", help="with --frontier: every pair (τ, h) of the two grids")
+    ap.add_argument("--per-product", action="store_true",
+                    help="with --frontier: every pair of head starts (quarters', halves') of the --head-starts grid")
     args = ap.parse_args(argv if argv is not None else [])
     if args.reference or args.frontier:
         root = os.environ.get("GPUSLICE_TRACES")
@@ -391,13 +408,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         try:
             taus = [float(t) for t in args.taus.split(",") if t.strip()]
-            head_starts = [float(h) for h in args.head_starts.split(",") if h.strip()]
+            heads = [float(h) for h in args.head_starts.split(",") if h.strip()]
             best_effort = {k: v for path in args.best_effort for k, v in read_best_effort(path).items()}
+            orders = frontier_orders(taus, heads, args.cross, args.per_product)
         except (OSError, ValueError, KeyError, TypeError) as e:
             print(f"bench-fairness: {e}", file=sys.stderr)
             return 2
-        orders = frontier_orders(taus, head_starts, args.cross)
-        if not orders or any(not t >= 0 for t in taus) or any(math.isnan(h) for h in head_starts):
+        if not orders or any(not t >= 0 for t in taus) or any(math.isnan(h) for h in heads):
             print(f"bench-fairness: --taus needs minutes >= 0 and --head-starts numbers, got {args.taus!r} and "
                   f"{args.head_starts!r}", file=sys.stderr)
             return 2

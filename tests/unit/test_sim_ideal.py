@@ -92,14 +92,40 @@ def test_by_arrival_with_a_head_start_for_slices(head_start: float, wholes: list
                                                                                    "v100-50": halves}
 
 
+# One card, W0 until 100; W1 (20), a quarter Q (25) and a half H1 (30) wait, ten seconds each.
+PER_PRODUCT = (("v100-100", 0, 100, 1), ("v100-100", 20, 10, 1), ("v100-25", 25, 10, 1), ("v100-50", 30, 10, 1))
+
+
+@pytest.mark.parametrize(("head_start", "wholes", "quarters", "halves"), [
+    (0.0, [0, 80], [85], [80]),  # first in, first out: W1 at 100, both slices at 110
+    ({"v100-25": 0.0}, [0, 80], [85], [80]),  # a slice product not named: 0
+    ({"v100-25": 10.0}, [0, 90], [75], [70]),  # Q counts from 15, before W1: Q, then H1 beside it, W1 at 110
+    ({"v100-50": 5.0}, [0, 80], [85], [80]),  # H1 counts from 25, still after W1
+    ({"v100-50": 15.0}, [0, 90], [75], [70]),  # H1 counts from 15: H1 first, Q fits beside it
+])
+def test_a_head_start_per_slice_product(head_start: float | dict[str, float], wholes: list[float],
+                                        quarters: list[float], halves: list[float]) -> None:
+    jobs, reqs = jobs_of(*PER_PRODUCT)
+    assert reference_waits(jobs, reqs, cards=1, slice_head_start_s=head_start) == {
+        "v100-100": wholes, "v100-25": quarters, "v100-50": halves}
+
+
+def test_each_slice_product_has_its_own_line() -> None:
+    # one card, 3/4 of it busy until 100: the half of 10 cannot start, the quarter of 20 can, beside it
+    jobs, reqs = jobs_of(("v100-50", 0, 100, 1), ("v100-25", 0, 100, 1), ("v100-50", 10, 10, 1),
+                         ("v100-25", 20, 10, 1))
+    assert reference_waits(jobs, reqs, cards=1) == {"v100-50": [0, 90], "v100-25": [0, 0]}
+
+
 def test_a_head_that_does_not_fit_blocks_its_own_line_only() -> None:
     # one card, half of it busy until 100: the whole card cannot start, the half behind it fits beside the first
     jobs, reqs = jobs_of(("v100-50", 0, 100, 1), ("v100-100", 1, 10, 1), ("v100-50", 2, 10, 1))
     for tau, head_start in ((0.0, math.inf), (math.inf, -math.inf), (math.inf, 0.0)):
         assert reference_waits(jobs, reqs, cards=1, wholes_after_s=tau, slice_head_start_s=head_start) == {
             "v100-50": [0, 0], "v100-100": [99]}
-    with pytest.raises(ValueError, match="slice_head_start_s"):
-        reference_waits(jobs, reqs, cards=1, slice_head_start_s=math.nan)
+    for bad in (math.nan, {"v100-25": math.nan}):
+        with pytest.raises(ValueError, match="slice_head_start_s"):
+            reference_waits(jobs, reqs, cards=1, slice_head_start_s=bad)
 
 
 def test_a_tau_longer_than_any_wait_is_slices_first() -> None:
