@@ -410,19 +410,12 @@ class _Step:
                 if u in self.holds and u not in front]
         if not soft:
             return False
-        lifted = self.holds.lifted
-        for u in soft:
-            self.holds.lift(u)
-        try:
+        with self.holds.lifted_meanwhile(soft):
             choice = self.view.choose(w.request)
             if choice is None:
                 return False
             self.out.append(self.view.admit(w.claim, choice))
             return True
-        finally:
-            for u in soft:
-                self.holds.hold(u)
-            self.holds.lifted = lifted  # held again: nothing was let go
 
     # ---- 3: everyone else -------------------------------------------------------------------------
 

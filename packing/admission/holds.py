@@ -10,6 +10,9 @@ holding again what is left is O(log n) each.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
 from packing.ledger import Gpu, Ledger
 from packing.products import Request
 
@@ -55,6 +58,20 @@ class Holds:
         if name is not None and name in self.ledger.allocations:
             self.ledger.release(name)
             self.lifted += 1
+
+    @contextmanager
+    def lifted_meanwhile(self, gpus: Sequence[str]) -> Iterator[None]:
+        """Lift ``gpus`` for the body, then hold what is still free there again; not counted in ``lifted``
+        (nothing is let go for the rest of the step)."""
+        count = self.lifted
+        for gpu in gpus:
+            self.lift(gpu)
+        try:
+            yield
+        finally:
+            for gpu in gpus:
+                self.hold(gpu)
+            self.lifted = count
 
     def release_all(self) -> None:
         for gpu in list(self._held):
