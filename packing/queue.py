@@ -9,8 +9,9 @@ the simulator drive it through ``arrive``,
 
 ``ClaimQueue`` composes three parts, in the manner of Kueue's split of waiting, admitted and the loop:
 
-* the waiting order (``packing.waiting_order``): priority (higher first), then arrival time, then
-  arrival call order; stable and deterministic, indexed by class and request shape;
+* the waiting order (``packing.waiting_order``): priority (higher first), then arrival time (less
+  a product's head start, a what-if of the simulator's; none in the extender), then arrival call
+  order; stable and deterministic, indexed by class and request shape;
 * the running and usage book (``packing.running_book``): the claims holding a slice, their declared
   ends, and each namespace's usage against its entitlement;
 * one admission strategy (``packing.admission``, one module each, see ``packing/QUEUE.md``), whose
@@ -90,6 +91,7 @@ __all__ = [  # the queue's public names, wherever they are defined (the extender
 
 
 MAX_CACHED_SHAPES = 4096  # satisfiability memo entries (request shapes, node constraints included)
+MAX_HEAD_START = 86400.0  # seconds: a head start beyond a day would let a product starve the others for long
 NON_AGING = (BEST_EFFORT_FIFO, STRICT_FIFO)  # strategies that hold nothing for a starving claim, nor for a group
 
 
@@ -106,6 +108,9 @@ class ClaimQueue:
         default_age_limit: float | None = None,
         max_drain_targets: int | None = None,
         drain_horizon: float | None = None,
+        head_starts: Mapping[str, float] | None = None,
+        hold_clock: float | None = None,
+        hold_share: int | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -121,15 +126,24 @@ class ClaimQueue:
             raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
         if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
             raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
+        if hold_clock is not None and not (_finite(hold_clock) and hold_clock >= 0):
+            raise QueueError(f"hold_clock must be a finite number of seconds >= 0 or None, got {hold_clock!r}")
+        if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
+                                       or hold_share < 1):
+            raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
+        for kind, ahead in (head_starts or {}).items():
+            if not (_finite(ahead) and abs(ahead) <= MAX_HEAD_START):
+                raise QueueError(f"head start for {kind} must be a number of seconds within +-{MAX_HEAD_START:.0f}, "
+                                 f"got {ahead!r}")
         self.ledger = ledger
         self.policy = policy
         self.admission = admission
         self.age_limits = limits
         self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
-        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon)
+        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share)
         self._seq = 0
-        self._order = WaitingOrder()
+        self._order = WaitingOrder(head_starts)
         self._book = RunningBook()
         self._holdable: dict[Request, tuple[bool, Node | None, int]] = {}
         self._groups = GroupLine(self._order, self._book, ledger)  # pod groups: members wait as one entry

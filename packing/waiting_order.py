@@ -1,8 +1,12 @@
 """The waiting order: every claim waiting for a slice, in queue order, indexed for the admission step.
 
 Queue order is priority (higher first), then ``arrived_at``, then the order of the ``add`` calls:
-the ``Key`` (-priority, arrived_at, seq). It is stable and deterministic; a claim put back (a
-lapsed reservation, a failed bind, a priority change) keeps its seq, so its old place.
+the ``Key`` (-priority, arrived_at - head start, seq). A product's head start (seconds, by
+``packing.wait_history.kind_of``; 0 unless given: only the simulator's what-ifs set one) orders its
+claims as if they had arrived that much earlier (drain-soonest and worst-first offer targets in that
+order); reported waits and age limits count from the true arrival; pod groups keep their arrival.
+It is stable and deterministic; a claim put back (a lapsed reservation, a failed bind, a priority
+change) keeps its seq, so its old place.
 
 Indexes (recomputed and compared by ``verify``):
 
@@ -20,23 +24,24 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
 from packing.claims import WaitingClaim
 from packing.products import Request
+from packing.wait_history import kind_of
 
-Key = tuple[int, float, int]  # (-priority, arrived_at, seq): queue order
+Key = tuple[int, float, int]  # (-priority, arrived_at - head start, seq): queue order
 Entry = tuple[WaitingClaim, Key, int]  # a waiting claim, its Key and its class id
 ClassKey = tuple[Request, str, int]  # (request, namespace, priority)
 AFTER_KEYS = (math.inf,)  # compares above every Key: closes a (time limit, Key) range
 
 
-def key_of(claim: WaitingClaim, seq: int) -> Key:
-    """The queue-order key of ``claim`` added as the ``seq``-th."""
-    return (-claim.priority, float(claim.arrived_at), seq)
+def key_of(claim: WaitingClaim, seq: int, head_start: float = 0.0) -> Key:
+    """The queue-order key of ``claim`` added as the ``seq``-th, its product ``head_start`` seconds ahead."""
+    return (-claim.priority, float(claim.arrived_at) - head_start, seq)
 
 
 @dataclass(slots=True)
@@ -64,7 +69,8 @@ class Shape:
 class WaitingOrder:
     """The waiting claims in queue order, with their class and shape indexes."""
 
-    def __init__(self) -> None:
+    def __init__(self, head_starts: Mapping[str, float] | None = None) -> None:
+        self.head_starts = dict(head_starts or {})  # kind_of(request) -> seconds ahead in line
         self.entries: dict[str, Entry] = {}  # claim id -> (claim, key, cid)
         self.by_seq: dict[int, Entry] = {}  # seq -> the same entry: one lookup per Key
         self.keys: SortedList = SortedList()  # every waiting Key
@@ -98,9 +104,13 @@ class WaitingOrder:
         by_seq = self.by_seq
         return (by_seq[key[2]] for key in keys)
 
+    def key(self, claim: WaitingClaim, seq: int) -> Key:
+        """``claim``'s Key as the ``seq``-th, with its product's head start."""
+        return key_of(claim, seq, self.head_starts.get(kind_of(claim.request), 0.0) if self.head_starts else 0.0)
+
     def add(self, claim: WaitingClaim, seq: int) -> None:
         """Put ``claim`` in line as the ``seq``-th (its Key); the caller refuses known ids."""
-        key = key_of(claim, seq)
+        key = self.key(claim, seq)
         ckey: ClassKey = (claim.request, claim.namespace, claim.priority)
         cid = self._class_of.get(ckey)
         if cid is None:
@@ -161,7 +171,7 @@ class WaitingOrder:
         for claim, key, cid in self.entries.values():
             cls = self.classes[cid]
             assert (cls.shape, cls.namespace, cls.priority) == (claim.request, claim.namespace, claim.priority)
-            assert key == key_of(claim, key[2]), f"{claim.claim}: stale key"
+            assert key == self.key(claim, key[2]), f"{claim.claim}: stale key"
             members.setdefault(cid, []).append(key)
             limited += claim.time_limit is not None
         assert limited == self.limited, "limited-claim count drifted"

@@ -168,6 +168,8 @@ def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: 
     engine = EngineConfig(policy=policy, admission=admission.name, model=_model(args), age_limit_s=age_limit,
                           age_limits=admission.age_limits, max_drain_targets=admission.max_drain_targets,
                           drain_horizon_s=admission.drain_horizon_s,
+                          head_starts=admission.head_starts, hold_clock_s=admission.hold_clock_s,
+                          hold_share=admission.hold_share,
                           reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                           declare_limits=args.declare_limits, prior=_prior(inputs, _catalog(args), rounding),
                           record_placements=bool(getattr(args, "placements", None)), gang=args.gang)

@@ -54,6 +54,9 @@ class EngineConfig:
     age_limits: tuple[tuple[str, float], ...] = ()  # per product: (product, T) over age_limit_s
     max_drain_targets: int | None = None  # None: the admission strategy's default
     drain_horizon_s: float | None = None  # drain-soonest's horizon; None: its default
+    head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in queue order): a what-if
+    hold_clock_s: float | None = None  # worst-first's multi-card hold-clock ceiling; None: its default
+    hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -138,7 +141,7 @@ class _Clock:
     def __init__(self, start: float, end: float, buckets: int, capacity: int) -> None:
         self.t0 = start
         self.t1 = end if end > start else start + 1.0
-        self.width = (self.t1 - self.t0) / buckets
+        self.width = (self.t1 - self.t0) / buckets or self.t1 - self.t0  # a window of ~1e-320 s underflows to 0
         self.buckets = [0.0] * buckets
         self.capacity = capacity
         self.sums = {"alloc": 0.0, "cards": 0.0, "bound": 0.0, "waiting": 0.0, "idle_waiting": 0.0}
@@ -220,7 +223,9 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     rng = random.Random(seed + 1)  # bind latencies; the scheduler's generator breaks ties
     queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
                        reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
-                       max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s)
+                       max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s,
+                       head_starts=dict(config.head_starts), hold_clock=config.hold_clock_s,
+                       hold_share=config.hold_share)
     for namespace, entitlement in config.entitlements:
         queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()

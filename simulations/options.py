@@ -21,6 +21,7 @@ from packing.queue import (
     DEFAULT_ADMISSION,
     DEFAULT_AGE_LIMIT,
     DRAIN_SOONEST,
+    MAX_HEAD_START,
     WORST_FIRST,
 )
 from packing.usage import Applies, Conflict
@@ -65,6 +66,16 @@ def parse_duration(text: str) -> float:
     if not m:
         raise argparse.ArgumentTypeError(f"duration must look like 3600, 90s, 15m, 2h or 2d, got {text!r}")
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def parse_signed_duration(text: str) -> float:
+    """A duration that may be negative: -1h, 30m, -90s."""
+    body = text.strip()
+    sign = -1.0 if body.startswith("-") else 1.0
+    try:
+        return sign * parse_duration(body.removeprefix("-"))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"a head start looks like 15m, -1h or 0, got {text!r}") from None
 
 
 def parse_target(text: str) -> float:
@@ -403,7 +414,10 @@ class AdmissionChoice:
     """An admission strategy with its settings, as written on the command line: ``NAME`` or
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
     limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
-    targets take under drain-soonest and worst-first) and ``horizon`` (theirs)."""
+    targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock`` and ``share``
+    (worst-first's multi-card hold-clock ceiling and its one-GPU-in-N cap on targets) and, for every
+    strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
+    whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
     label: str
     name: str
@@ -411,9 +425,14 @@ class AdmissionChoice:
     age_limit_s: float | None = None  # None: --age-limit
     max_drain_targets: int | None = None  # None: the strategy's default
     drain_horizon_s: float | None = None  # None: the strategy's default
+    head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in line); negative: behind
+    hold_clock_s: float | None = None  # worst-first's; None: its default
+    hold_share: int | None = None  # worst-first's; None: its default
 
 
-SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST)}  # a product's own age limit: AGING
+SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
+            "share": (WORST_FIRST,)}  # a product's own age limit: AGING
+AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
 def parse_admission(text: str) -> AdmissionChoice:
@@ -427,39 +446,70 @@ def parse_admission(text: str) -> AdmissionChoice:
     default: float | None = None
     heads: int | None = None
     horizon: float | None = None
+    ahead: dict[str, float] = {}
+    clock: float | None = None
+    share: int | None = None
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
             raise UsageError(f"--admission {text}: setting {item!r} must look like key=value")
+        if key.startswith(AHEAD):
+            try:
+                ahead[key[len(AHEAD):]] = parse_signed_duration(value)
+            except argparse.ArgumentTypeError as e:
+                raise UsageError(f"--admission {text}: setting {item!r}: {e}") from None
+            continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            raise UsageError(f"--admission {text}: {what} does not apply to {name}, which "
-                             + ("does not age claims" if name not in AGING else "has no horizon")
-                             + f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
+            lacks = ("has no hold clock" if key in ("clock", "share") else
+                     "does not age claims" if name not in AGING else "has no horizon")
+            raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
+                             f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
         try:
             if key == "heads":
                 heads = positive_int(value)
             elif key == "horizon":
                 horizon = parse_duration(value)
+            elif key == "clock":
+                clock = parse_duration(value)
+            elif key == "share":
+                share = positive_int(value)
             elif key == "T":
                 default = parse_duration(value)
             else:
                 limits[key] = parse_duration(value)
         except argparse.ArgumentTypeError as e:
             raise UsageError(f"--admission {text}: setting {item!r}: {e}") from None
-    return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon)
+    for kind, seconds in ahead.items():
+        if abs(seconds) > MAX_HEAD_START:
+            raise UsageError(f"--admission {text}: head start {AHEAD}{kind} must be within "
+                             f"+-{MAX_HEAD_START / 3600:.0f}h, got {seconds / 3600:g}h")
+    return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon, tuple(ahead.items()),
+                           clock, share)
 
 
 def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:
-    """Every per-product age limit names a product of ``catalog`` (``t=5m`` is no product: a typo of T)."""
+    """Every per-product age limit names a product of ``catalog`` (``t=5m`` is no product: a typo of T), and
+    every head start a product or ``PRODUCTxN`` (N >= 2 whole cards of it)."""
     names = [p.name for p in catalog.products]
+    wholes = {p.name for p in catalog.products if p.whole}
     for choice in choices:
+        for kind, _ in choice.head_starts:
+            head, _, count = kind.rpartition("x")
+            product, count = (head, count) if head and count.isdigit() else (kind, "")
+            if product in (wholes if count else names) and (not count or int(count) >= 2):
+                continue
+            close = difflib.get_close_matches(product, names, n=1)
+            raise UsageError(f"--admission {choice.label}: head start {AHEAD}{kind!r} names no product of the catalog "
+                             f"({', '.join(names)}), nor PRODUCTxN for N >= 2 whole cards ({', '.join(sorted(wholes))})"
+                             + (f"; did you mean {AHEAD}{close[0]}?" if close and not count else ""))
         for key, _ in choice.age_limits:
             if key in names:
                 continue
             known = [*SETTINGS, *names]
             close = [k for k in known if k.lower() == key.lower()] or difflib.get_close_matches(key, known, n=1)
-            raise UsageError(f"--admission {choice.label}: {key!r} is neither a setting ({', '.join(SETTINGS)}) nor "
+            raise UsageError(f"--admission {choice.label}: {key!r} is neither a setting ({', '.join(SETTINGS)}, "
+                             f"{AHEAD}KIND) nor "
                              f"a product of the catalog ({', '.join(names)})"
                              + (f"; did you mean {close[0]!r}?" if close else ""))
 

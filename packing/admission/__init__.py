@@ -17,7 +17,7 @@ from packing.admission.best_effort_fifo import BestEffortFifo
 from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
 from packing.admission.strict_fifo import StrictFifo
 from packing.admission.view import AdmissionView, Strategy
-from packing.admission.worst_first import WorstFirst
+from packing.admission.worst_first import HOLD_SHARE, MAX_CLOCK, WorstFirst
 from packing.claims import (
     ADMISSION_POLICIES,
     AGING_GUARD,
@@ -33,11 +33,15 @@ __all__ = ["AdmissionView", "AgingGuard", "BestEffortFifo", "DrainSoonest", "Str
            "WorstFirst", "make_strategy"]
 
 
-def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon: float | None = None) -> Strategy:
+def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon: float | None = None,
+                  hold_clock: float | None = None, hold_share: int | None = None) -> Strategy:
     """A fresh strategy object of that name (QueueError for an unknown name); ``max_drain_targets``
     caps the drain targets (claims holding one under the aging guard, GPUs they take under
     drain-soonest and worst-first), ``drain_horizon`` is drain-soonest's and worst-first's horizon in
-    seconds (None: the strategy's default)."""
+    seconds; ``hold_clock`` (seconds) and ``hold_share`` are worst-first's ceiling of the multi-card hold
+    clock and its one-GPU-in-N cap on targets (None: the strategy's default)."""
+    if (hold_clock is not None or hold_share is not None) and name != WORST_FIRST:
+        raise QueueError(f"a hold clock and a hold share are worst-first's settings, not {name}'s")
     if name == BEST_EFFORT_FIFO:
         return BestEffortFifo()
     if name == STRICT_FIFO:
@@ -47,5 +51,7 @@ def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon
     if name == DRAIN_SOONEST:
         return DrainSoonest(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon)
     if name == WORST_FIRST:
-        return WorstFirst(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon)
+        return WorstFirst(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon,
+                          max_clock=MAX_CLOCK if hold_clock is None else hold_clock,
+                          hold_share=HOLD_SHARE if hold_share is None else hold_share)
     raise QueueError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")

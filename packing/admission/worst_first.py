@@ -95,9 +95,9 @@ class WorstFirst:
     name = WORST_FIRST
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
-                 max_clock: float = MAX_CLOCK) -> None:
+                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE) -> None:
         self.clock = HoldClock(tail, max_clock)
-        self.drain = DrainSoonest(max_heads, horizon, self.clock, HOLD_SHARE, _Words())
+        self.drain = DrainSoonest(max_heads, horizon, self.clock, hold_share, _Words())
 
     @property
     def horizon(self) -> float:

@@ -39,13 +39,14 @@ PRODUCTS = ("v100-25", "v100-50", "v100-100")
 
 
 def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float] | None, cap: int | None,
-        seed: int = 0) -> Simulation:
+        seed: int = 0, head_starts: dict[str, float] | None = None) -> Simulation:
     """``jobs`` through the engine; ``limits`` None leaves the strategy its own aging clocks."""
     specs = [NodeSpec(f"n{i}", 64000, 262144, n, "Tesla-V100-SXM2-32GB") for i, n in enumerate(nodes)]
     ledger = build_ledger(specs, CARD, seed=seed, track_host=False)
     requests = [job_request(j, CATALOG, "slices") for j in jobs]
     config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple((limits or {}).items()),
-                          age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap)
+                          age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap,
+                          head_starts=tuple((head_starts or {}).items()))
     return simulate(ledger, jobs, requests, config, seed)
 
 
@@ -66,17 +67,24 @@ def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> li
     return out
 
 
-def worst_first_violations(sim: Simulation, jobs: list[Job]) -> list[str]:
-    """Jobs that started later than the worst-first bound allows (one priority level, arrival order)."""
+def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[str, float] | None = None) -> list[str]:
+    """Jobs that started later than the worst-first bound allows (one priority level, queue order: arrival,
+    less the product's head start, where given)."""
     L = max(j.duration or 0.0 for j in jobs)
+    ahead_of = head_starts or {}
+    h = [ahead_of.get(j.product or "", 0.0) if j.count == 1 else 0.0 for j in jobs]
+    key = [(j.arrival - h[i], i) for i, j in enumerate(jobs)]
+    h_max = max([0.0, *ahead_of.values()])
     out = []
     for i, j in enumerate(jobs):
         if sim.start[i] <= j.arrival:
             continue
-        multi = any(d.count > 1 and d.arrival <= j.arrival and sim.start[k] > j.arrival
-                    for k, d in enumerate(jobs[:i + 1]))
-        at = j.arrival + (MAX_CLOCK if multi else 0.0)
-        ahead = sum(1 for k in range(i) if sim.start[k] > at)
+        shift = h_max - h[i]  # by arrival + shift, every claim ahead of j in queue order has arrived
+        by = j.arrival + shift
+        multi = any(d.count > 1 and (d.arrival, k) <= (by, i if shift == 0 else len(jobs)) and sim.start[k] > by
+                    for k, d in enumerate(jobs))
+        at = j.arrival + shift + (MAX_CLOCK if multi else 0.0)
+        ahead = sum(1 for k in range(len(jobs)) if key[k] < key[i] and sim.start[k] > at)
         bound = at + (ahead + 1) * L
         if sim.start[i] > bound + 1e-6:
             out.append(f"{j.name} ({j.product} x{j.count}) arrived {j.arrival:.0f}, {ahead} ahead, L {L:.0f}: "
@@ -116,6 +124,23 @@ def test_every_claim_starts_within_the_worst_first_bound(
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
     assert worst_first_violations(sim, jobs) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(job, min_size=1, max_size=40),
+       ahead=st.fixed_dictionaries({p: st.sampled_from([-900.0, -120.0, 0.0, 300.0, 1200.0]) for p in PRODUCTS}),
+       seed=st.integers(0, 3), multi=st.booleans())
+def test_head_starts_shift_the_worst_first_bound_by_their_spread(
+        nodes: list[int], raw: list[tuple[float, float, str, int]], ahead: dict[str, float], seed: int,
+        multi: bool) -> None:
+    """The what-if ``ahead.KIND``: c starts by arrival_c + (H_max - H_c) + D_c + (A_c + 1) L, A_c in the new order."""
+    biggest = max(nodes)
+    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
+                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, head_starts=ahead)
+    assert sim.still_waiting == 0
+    assert all(s != NEVER for s in sim.start)
+    assert worst_first_violations(sim, jobs, ahead) == []
 
 
 def test_the_worst_first_bound_is_met_by_waiting_claims_of_every_product() -> None:

@@ -78,10 +78,18 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
 
 
 @pytest.mark.parametrize(("setting", "said"), [
-    ("aging-guard:t=5m", "'t' is neither a setting (T, heads, horizon) nor a product of the catalog "
-                         "(v100-25, v100-50, v100-100); did you mean 'T'?"),
+    ("aging-guard:t=5m", "'t' is neither a setting (T, heads, horizon, clock, share, ahead.KIND) nor a product of "
+                         "the catalog (v100-25, v100-50, v100-100); did you mean 'T'?"),
     ("aging-guard:X=1", "'X' is neither a setting"),
-    ("aging-guard:v100-33=5m", "'v100-33' is neither a setting (T, heads, horizon) nor a product of the catalog"),
+    ("aging-guard:v100-33=5m", "'v100-33' is neither a setting (T, heads, horizon, clock, share, ahead.KIND) nor a "
+                               "product of the catalog"),
+    ("drain-soonest:clock=8h", "setting 'clock' does not apply to drain-soonest, which has no hold clock; it is for "
+                               "worst-first"),
+    ("worst-first:share=0", "setting 'share=0'"),
+    ("worst-first:ahead.v100-33=1h", "head start ahead.'v100-33' names no product of the catalog"),
+    ("best-effort-fifo:ahead.v100-25x2=1h", "head start ahead.'v100-25x2' names no product"),
+    ("worst-first:ahead.v100-50=2d", "head start ahead.v100-50 must be within +-24h, got 48h"),
+    ("worst-first:ahead.v100-50=soon", "a head start looks like 15m, -1h or 0, got 'soon'"),
     ("strict-fifo:T=5m", "setting 'T' does not apply to strict-fifo, which does not age claims"),
     ("aging-guard:horizon=1h", "setting 'horizon' does not apply to aging-guard, which has no horizon"),
 ])

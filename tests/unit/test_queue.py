@@ -67,6 +67,26 @@ def test_admits_in_priority_then_arrival_order_and_commits() -> None:
     checked(q)
 
 
+@pytest.mark.parametrize(
+    ("head_starts", "order"),
+    [
+        ({}, ["h1", "q1", "h2", "q2"]),  # arrival order
+        ({"v100-25": 8.0}, ["q1", "h1", "q2", "h2"]),  # quarters 8 s ahead: q1 (5 - 8) before h1 (0)
+        ({"v100-50": -20.0}, ["q1", "q2", "h1", "h2"]),  # halves 20 s behind: after both quarters
+        ({"v100-25": 100.0, "v100-50": 100.0}, ["h1", "q1", "h2", "q2"]),  # the same head start: arrival order
+    ],
+)
+def test_head_starts_order_a_product_as_if_it_had_arrived_earlier(head_starts: dict[str, float],
+                                                                   order: list[str]) -> None:
+    ledger = ledger_with()  # no GPU: everything waits, in queue order
+    q = queue(ledger, BEST_EFFORT_FIFO, head_starts=head_starts)
+    for name, request, at in [("h1", H, 0), ("q1", Q, 5), ("h2", H, 10), ("q2", Q, 12)]:
+        q.arrive(claim(name, request, at=at))
+    assert [c.claim for c in q.in_order()] == order
+    assert {e.claim: e.waited for e in q.explain(30)} == {"h1": 30, "q1": 25, "h2": 20, "q2": 18}  # true waits
+    checked(q)
+
+
 def test_reservation_ttl_admits_reservations_that_lapse_back_into_line() -> None:
     ledger = ledger_with(1)
     q = queue(ledger, reservation_ttl=30.0)
@@ -328,6 +348,11 @@ def test_waiting_claim_takes_arrival_and_priority_by_keyword_only() -> None:
         ({"default_age_limit": float("nan")}, "age limit for default"),
         ({"reservation_ttl": 0}, "reservation_ttl must be a positive number"),
         ({"max_drain_targets": 0}, "max_drain_targets must be a whole number >= 1 or None"),
+        ({"head_starts": {"v100-50": 2 * 86400.0}}, "head start for v100-50 must be a number of seconds within"),
+        ({"head_starts": {"v100-50": float("inf")}}, "head start for v100-50"),
+        ({"admission": WORST_FIRST, "hold_clock": -1.0}, "hold_clock must be a finite number of seconds >= 0"),
+        ({"admission": WORST_FIRST, "hold_share": 0}, "hold_share must be a whole number >= 1"),
+        ({"admission": DRAIN_SOONEST, "hold_share": 8}, "worst-first's settings, not drain-soonest's"),
     ],
 )
 def test_queue_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:

@@ -25,6 +25,10 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert (c.name, c.max_drain_targets, c.age_limit_s, c.drain_horizon_s) == ("drain-soonest", 16, 14400.0, 600.0)
     assert c.age_limits == (("v100-100", 0.0),) and c.label == "drain-soonest:heads=16:v100-100=0:T=4h:horizon=10m"
     assert parse_admission("best-effort-fifo").age_limits == ()
+    w = parse_admission("worst-first:clock=8h:share=8:ahead.v100-25=15m:ahead.v100-50=-1h:ahead.v100-100x4=30m")
+    assert (w.hold_clock_s, w.hold_share) == (28800.0, 8)
+    assert w.head_starts == (("v100-25", 900.0), ("v100-50", -3600.0), ("v100-100x4", 1800.0))
+    assert parse_admission("best-effort-fifo:ahead.v100-50=0").head_starts == (("v100-50", 0.0),)
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
                       ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
         with pytest.raises(UsageError, match=says):
