@@ -14,6 +14,10 @@ one workload at one load, with each product's p99 wait taken as the mean of the 
 * utilisation within ``UTIL_POINTS`` (0.5) points of best effort's, and -- when measured -- usable
   capacity (utilisation at a saturating load) within ``USABLE_POINTS`` (1) point.
 
+The ratio's 95 % interval is paired over seeds (``paired_ratio_ci95``): both runs saw the same arrivals
+per seed, so it is much narrower than the two means' own intervals; a ratio whose interval holds 1.0
+is no measured difference from best effort.
+
 ``verdict`` reads the figures ``simulations.cli`` keeps per run (``per_seed_p99``, ``waits``,
 ``max_wait_s``, ``utilisation_pct``) and says which points hold.
 """
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +34,7 @@ from typing import Any
 from packing.products import Catalog, RequestError
 from packing.queue import BEST_EFFORT_FIFO
 from simulations.metrics import product_order
+from simulations.protocol_b import t975
 
 REFERENCE = BEST_EFFORT_FIFO
 SHARP_RATIO = 0.8
@@ -89,6 +95,7 @@ class Verdict:
     util_gap: float  # reference utilisation - this one, in points (positive: this one uses less)
     usable_gap: float | None  # the same at the saturating load, when measured
     reference_worst_p99_s: float = math.inf  # best effort's worst product's p99 (mean of per-seed p99)
+    ratio_ci95: tuple[float, float] | None = None  # the ratio's 95 % interval, paired over seeds (None: < 2 seeds)
 
     @property
     def minimax_judged(self) -> bool:
@@ -112,6 +119,24 @@ class Verdict:
         return out
 
 
+def paired_ratio_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], product: str,
+                      ref_product: str) -> tuple[float, float] | None:
+    """The 95 % interval of ``ratio``, paired over seeds: per seed d = this run's p99 of ``product`` - the
+    reference's p99 of ``ref_product`` (the same arrivals under both: seed noise cancels); t interval of
+    mean(d), over the reference's mean. None with fewer than two seeds, or one missing."""
+    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed")
+    theirs = ((reference.get("per_seed_p99") or {}).get(ref_product) or {}).get("per_seed")
+    if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+        return None
+    d = [float(a) - float(b) for a, b in zip(mine, theirs, strict=True)]
+    base = statistics.fmean(float(b) for b in theirs)
+    if not all(math.isfinite(x) for x in d) or base <= 0:
+        return None
+    half = t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
+    centre = 1.0 + statistics.fmean(d) / base
+    return centre - half / base, centre + half / base
+
+
 def limit_s(reference_p99_s: float) -> float:
     """The most a product may wait at p99 before it counts as sacrificed: 1.25 x its best-effort p99 + 5 min."""
     return SACRIFICE_FACTOR * reference_p99_s + SACRIFICE_SLACK_S
@@ -131,5 +156,6 @@ def verdict(run: Mapping[str, Any], reference: Mapping[str, Any], catalog: Catal
     if saturated is not None and reference_saturated is not None:
         usable = float(reference_saturated["utilisation_pct"]) - float(saturated["utilisation_pct"])
     return Verdict(product, p99, ratio, goal, sacrificed, float(run["max_wait_s"]), float(reference["max_wait_s"]),
-                   float(reference["utilisation_pct"]) - float(run["utilisation_pct"]), usable, ref_p99)
+                   float(reference["utilisation_pct"]) - float(run["utilisation_pct"]), usable, ref_p99,
+                   paired_ratio_ci95(run, reference, product, ref_product))
 

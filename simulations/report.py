@@ -322,8 +322,10 @@ def verdict_text(v: fairness.Verdict) -> str:
     missed = v.failures
     goal = (f"goal <= {v.goal_ratio:.1f}" if v.minimax_judged else
             f"not judged: best effort's worst {_minutes(v.reference_worst_p99_s)} min < 5 min")
+    paired = (f"95 % interval paired over seeds {v.ratio_ci95[0]:.2f}..{v.ratio_ci95[1]:.2f}; "
+              if v.ratio_ci95 is not None else "")
     return (f"worst {v.worst_product} {_minutes(v.worst_p99_s)} min = {v.ratio:.2f} x best effort's worst "
-            f"({goal}); max wait {_minutes(v.max_wait_s)} against "
+            f"({paired}{goal}); max wait {_minutes(v.max_wait_s)} against "
             f"{_minutes(v.reference_max_wait_s)}; " + ("goal met" if not missed else "missed: " + "; ".join(missed)))
 
 
@@ -343,6 +345,8 @@ def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, st
             judged = _verdict(results, saturated, policy, admission, catalog)
             label = admission if len({p for p, _ in results}) == 1 else f"{policy} + {admission}"
             ratio = f"{judged.ratio:.2f}" if judged is not None else "1.00" if admission == fairness.REFERENCE else "-"
+            if judged is not None and judged.ratio_ci95 is not None:
+                ratio += f" ({judged.ratio_ci95[0]:.2f}..{judged.ratio_ci95[1]:.2f})"
             said = ("reference" if judged is None else "goal met" if not judged.failures
                     else "missed: " + "; ".join(judged.failures))
             if judged is not None and not judged.minimax_judged:
@@ -356,11 +360,12 @@ def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, st
                          _minutes(s["max_wait_s"]), f"{s['utilisation_pct']:.2f}", usable, said))
     cell = max([20, *(len(r[1]) for r in rows)])
     lines = ["fairness summary (minutes; each product's p99 is the mean of per-seed p99, ! where it is above "
-             "1.25 x its best-effort p99 + 5 min; ratio = the worst product's p99 over best effort's worst):",
+             "1.25 x its best-effort p99 + 5 min; ratio = the worst product's p99 over best effort's worst, with its "
+             "95 % interval paired over seeds):",
              f"{'workload':<{wide}} {'ρ':>5}  {'admission':<{named}} {'p99 per product':<{cell}}  {'worst':<11} "
-             f"{'ratio':>5} {'max':>7} {'util %':>6} {'usable %':>8}  verdict"]
+             f"{'ratio':>17} {'max':>7} {'util %':>6} {'usable %':>8}  verdict"]
     for head, cells, product, ratio, longest, util, usable, said in rows:
-        lines.append(f"{head} {cells:<{cell}}  {product:<11} {ratio:>5} {longest:>7} {util:>6} {usable:>8}  {said}")
+        lines.append(f"{head} {cells:<{cell}}  {product:<11} {ratio:>17} {longest:>7} {util:>6} {usable:>8}  {said}")
     return "\n".join(lines)
 
 

@@ -110,6 +110,28 @@ def test_the_verdict_judges_a_run_against_best_effort(mine: dict[str, float], go
     assert "max wait" in slow.failures and "utilisation -1.00" in slow.failures and "usable -1.50" in slow.failures
 
 
+def seeds_of(per_seed_min: dict[str, list[float]]) -> dict[str, object]:
+    """A run with per-seed p99 figures (minutes) for each product."""
+    spread = {p: {"per_seed": [60 * v for v in vs], "mean": 60 * sum(vs) / len(vs)} for p, vs in per_seed_min.items()}
+    return {"waits": {**{p: {"p99_s": d["mean"]} for p, d in spread.items()}, "all": {"p99_s": 0.0}},
+            "per_seed_p99": spread, "max_wait_s": 600.0, "utilisation_pct": 80.0}
+
+
+@pytest.mark.parametrize(("mine", "interval"), [
+    # best effort's whole cards per seed 100, 60, 140 (mean 100): seed noise the pairing cancels
+    ([80.0, 40.0, 120.0], (0.80, 0.80)),  # 20 min less on every seed: no spread, 0.80 exactly
+    ([90.0, 40.0, 130.0], (0.72, 1.01)),  # d = -10, -20, -10: mean -13.3, sd 5.77, t(2) 4.303: 0.867 +- 0.143
+])
+def test_the_ratio_has_an_interval_paired_over_seeds(mine: list[float], interval: tuple[float, float]) -> None:
+    catalog = load_catalog()
+    reference = seeds_of({"v100-25": [1.0, 1.0, 1.0], "v100-100": [100.0, 60.0, 140.0]})
+    v = fairness.verdict(seeds_of({"v100-25": [1.0, 1.0, 1.0], "v100-100": mine}), reference, catalog)
+    assert v.ratio_ci95 is not None and v.ratio_ci95 == pytest.approx(interval, abs=0.005)
+    assert v.ratio_ci95[0] <= v.ratio <= v.ratio_ci95[1]
+    assert fairness.verdict(run_figures({"v100-100": 80.0}, 1.0, 80.0), run_figures({"v100-100": 100.0}, 1.0, 80.0),
+                            catalog).ratio_ci95 is None  # one seed, no per-seed figures: no interval
+
+
 def test_the_goal_is_sharp_only_where_best_efforts_worst_needs_whole_cards() -> None:
     catalog = load_catalog()
     assert fairness.whole_cards("v100-100", catalog) and fairness.whole_cards("v100-100x4", catalog)
@@ -145,7 +167,7 @@ def test_several_loads_run_in_one_command_with_a_summary(tmp_path: Path, capsys:
     assert out.count("admission comparison:") == 2 and "==== built-in synthetic" in out
     summary = out[out.index("fairness summary"):]
     assert summary.count("best-effort-fifo") == 2 and summary.count("worst-first") == 2  # the reference added
-    assert "x best effort's worst" in out
+    assert "x best effort's worst" in out and "x best effort's worst (95 % interval paired over seeds " in out
     data = json.loads((tmp_path / "r.json").read_text())
     assert [round(d["runs"][0]["offered_load"], 1) for d in data["sweep"]] == [0.7, 0.9]
     assert {r["admission"] for r in data["sweep"][0]["runs"]} == {"best-effort-fifo", "worst-first"}
