@@ -200,11 +200,16 @@ def _competes(a: frozenset[str] | None, b: frozenset[str] | None,
     return hit
 
 
+def asked(w: WaitingClaim) -> str:
+    """A claim's product as a user reads it: ``v100-100``, or ``4 x v100-100`` for a request of four cards."""
+    return w.product if w.request.count <= 1 else f"{w.request.count} x {w.product}"
+
+
 def guard_message(head: WaitingClaim, node: str, now: float, est: float | None, age_limit: float) -> str:
     """What a younger claim that fits only on ``node``, the drain target of ``head``, is told."""
     when = "unknown (running claims declare no time limit)" if est is None else f"in {span(est - now)}"
     return (f"fits only on node {node}: holding node {node} for the head of the line, {head.namespace}/"
-            f"{head.claim} ({head.product}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} "
+            f"{head.claim} ({asked(head)}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} "
             f"limit); a younger claim may start there only with a declared time limit ending by its estimated "
             f"start ({when})")
 
@@ -303,7 +308,7 @@ def drain_blocked_message(head: WaitingClaim, where: str, now: float, est: float
     """What a claim that fits only on ``where``, held for the drain-soonest head ``head``, is told."""
     when = "unknown (the claims there declare no time limit)" if est is None else f"by {span(est - now)} from now"
     return (f"fits only on {where}, held for the head of the line, {head.namespace}/{head.claim} "
-            f"({head.product}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} limit); a claim "
+            f"({asked(head)}, waited {span(now - head.arrived_at)}, past its {span(age_limit)} limit); a claim "
             f"may start there only with a declared time limit ending before it is freed ({when})")
 
 
@@ -325,7 +330,7 @@ def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float
     """What a claim that fits only on the GPUs held for worst-first's front ``head`` is told."""
     when = "unknown (the claims there declare no time limit)" if est is None else f"by {span(est - now)} from now"
     return (f"fits only on {where}, held for the longest-waiting claim, {head.namespace}/{head.claim} "
-            f"({head.product}, waited {span(now - head.arrived_at)}); a claim may start there only with a "
+            f"({asked(head)}, waited {span(now - head.arrived_at)}); a claim may start there only with a "
             f"declared time limit ending before it is freed ({when})")
 
 

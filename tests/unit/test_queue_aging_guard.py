@@ -142,7 +142,8 @@ def test_a_multi_card_head_drains_one_node_while_the_others_keep_filling() -> No
     why = by_claim(q, T + 2)
     assert why["pair"].reason == WAITING_FOR_RESERVATION and "holding node n1 for it" in why["pair"].message
     assert why["young4"].reason == BLOCKED_BY_HEAD_OF_LINE
-    assert "holding node n1 for the head of the line, team/pair (v100-100, waited 10 min 2 s" in why["young4"].message
+    said = why["young4"].message
+    assert "holding node n1 for the head of the line, team/pair (2 x v100-100, waited 10 min 2 s" in said
     q.depart("n0-0-0", T + 3)  # room on another node goes to the younger claims at once
     assert [(a.claim, a.allocation.node) for a in q.admit(T + 3)] == [("young4", "n0")]
     q.depart("n1-0-0", T + 4)  # room on the target stays free for the head
