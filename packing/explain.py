@@ -338,6 +338,8 @@ def untargeted_message(targets: int, clock: float | None) -> str:
     """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
     products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
     ``targets`` is how many longer-waiting claims have targets."""
+    if clock is not None and math.isinf(clock):
+        return "claims that need less start first where they fit; claims of several cards get no drain target here"
     if clock is not None:
         return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
                 f"{span(clock)}, longer than every other product's recent p99 wait")

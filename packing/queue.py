@@ -126,8 +126,9 @@ class ClaimQueue:
             raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
         if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
             raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
-        if hold_clock is not None and not (_finite(hold_clock) and hold_clock >= 0):
-            raise QueueError(f"hold_clock must be a finite number of seconds >= 0 or None, got {hold_clock!r}")
+        if hold_clock is not None and not (isinstance(hold_clock, (int, float)) and not isinstance(hold_clock, bool)
+                                           and hold_clock >= 0):
+            raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, got {hold_clock!r}")
         if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
                                        or hold_share < 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")

@@ -415,7 +415,8 @@ class AdmissionChoice:
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
     limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
     targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock`` and ``share``
-    (worst-first's multi-card hold-clock ceiling and its one-GPU-in-N cap on targets) and, for every
+    (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds, and its
+    one-GPU-in-N cap on targets) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
     whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
@@ -471,7 +472,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             elif key == "horizon":
                 horizon = parse_duration(value)
             elif key == "clock":
-                clock = parse_duration(value)
+                clock = math.inf if value.strip() == "never" else parse_duration(value)
             elif key == "share":
                 share = positive_int(value)
             elif key == "T":

@@ -40,6 +40,8 @@ clock reads a sorted window per product (O(products x log 500)), once per step.
 
 from __future__ import annotations
 
+import math
+
 from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
 from packing.admission.view import AdmissionView
 from packing.claims import WORST_FIRST, Admission, WaitingClaim
@@ -63,7 +65,9 @@ TAIL = 0.99  # the other products' tail a multi-card claim must pass: their p99
 
 class HoldClock:
     """When a claim of several cards may hold a target: once it has waited longer than every other
-    product's recent p99 (``TAIL``), at most ``max_clock``. Single-GPU claims may at once."""
+    product's recent p99 (``TAIL``), at most ``max_clock``; never with ``max_clock`` infinite (the
+    what-if ``clock=never``: such claims are placed as best effort places them, with no bound).
+    Single-GPU claims may at once."""
 
     strict = False  # only the targets of the front's shape are held; the others steer
 
@@ -75,10 +79,15 @@ class HoldClock:
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         if claim.request.count <= 1:
             return True
+        if math.isinf(self.max_clock):
+            return False
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
 
     def clock(self, waits: WaitHistory, kind: str, now: float) -> float:
-        """H(kind) at ``now``: the longest recent p99 of the other products, at most ``max_clock``."""
+        """H(kind) at ``now``: the longest recent p99 of the other products, at most ``max_clock`` (infinite
+        when ``max_clock`` is: never)."""
+        if math.isinf(self.max_clock):
+            return math.inf
         at, owner, memo = self._memo
         if at != now or owner != id(waits):
             memo = {}

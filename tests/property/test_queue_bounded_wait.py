@@ -20,6 +20,7 @@ best effort breaks the bound there, drain-soonest and worst-first keep it.
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given, settings
@@ -39,14 +40,14 @@ PRODUCTS = ("v100-25", "v100-50", "v100-100")
 
 
 def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float] | None, cap: int | None,
-        seed: int = 0, head_starts: dict[str, float] | None = None) -> Simulation:
+        seed: int = 0, head_starts: dict[str, float] | None = None, hold_clock: float | None = None) -> Simulation:
     """``jobs`` through the engine; ``limits`` None leaves the strategy its own aging clocks."""
     specs = [NodeSpec(f"n{i}", 64000, 262144, n, "Tesla-V100-SXM2-32GB") for i, n in enumerate(nodes)]
     ledger = build_ledger(specs, CARD, seed=seed, track_host=False)
     requests = [job_request(j, CATALOG, "slices") for j in jobs]
     config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple((limits or {}).items()),
                           age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap,
-                          head_starts=tuple((head_starts or {}).items()))
+                          head_starts=tuple((head_starts or {}).items()), hold_clock_s=hold_clock)
     return simulate(ledger, jobs, requests, config, seed)
 
 
@@ -67,9 +68,11 @@ def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> li
     return out
 
 
-def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[str, float] | None = None) -> list[str]:
+def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[str, float] | None = None,
+                           multi_holds: bool = True) -> list[str]:
     """Jobs that started later than the worst-first bound allows (one priority level, queue order: arrival,
-    less the product's head start, where given)."""
+    less the product's head start, where given). ``multi_holds`` False (``clock=never``): claims of several
+    cards hold nothing and have no bound; single-GPU claims keep theirs with D = 0."""
     L = max(j.duration or 0.0 for j in jobs)
     ahead_of = head_starts or {}
     h = [ahead_of.get(j.product or "", 0.0) if j.count == 1 else 0.0 for j in jobs]
@@ -77,12 +80,12 @@ def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[s
     h_max = max([0.0, *ahead_of.values()])
     out = []
     for i, j in enumerate(jobs):
-        if sim.start[i] <= j.arrival:
+        if sim.start[i] <= j.arrival or (j.count > 1 and not multi_holds):
             continue
         shift = h_max - h[i]  # by arrival + shift, every claim ahead of j in queue order has arrived
         by = j.arrival + shift
-        multi = any(d.count > 1 and (d.arrival, k) <= (by, i if shift == 0 else len(jobs)) and sim.start[k] > by
-                    for k, d in enumerate(jobs))
+        multi = multi_holds and any(d.count > 1 and (d.arrival, k) <= (by, i if shift == 0 else len(jobs))
+                                    and sim.start[k] > by for k, d in enumerate(jobs))
         at = j.arrival + shift + (MAX_CLOCK if multi else 0.0)
         ahead = sum(1 for k in range(len(jobs)) if key[k] < key[i] and sim.start[k] > at)
         bound = at + (ahead + 1) * L
@@ -124,6 +127,20 @@ def test_every_claim_starts_within_the_worst_first_bound(
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
     assert worst_first_violations(sim, jobs) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(job, min_size=1, max_size=40),
+       seed=st.integers(0, 3))
+def test_without_multi_card_holds_single_gpu_claims_keep_the_bound_with_no_delay(
+        nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int) -> None:
+    """The what-if ``clock=never``: claims of several cards never head, so none delays a single-GPU claim (D = 0)."""
+    biggest = max(nodes)
+    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
+                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, hold_clock=math.inf)
+    assert sim.still_waiting == 0
+    assert worst_first_violations(sim, jobs, multi_holds=False) == []
 
 
 @settings(max_examples=60, deadline=None)

@@ -4,6 +4,8 @@ target only past its hold clock."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from packing.admission import WorstFirst
@@ -156,6 +158,23 @@ def test_a_multi_card_claim_gets_a_target_only_past_its_hold_clock() -> None:
     assert why.reason == NO_CAPACITY and "it gets a drain target once it has waited 15 min" in why.message
     assert q.admit(900) == [] and {c: set(g) for c, g in gpus_of(q).items()} == {"pair": {"n0-gpu0", "n0-gpu1"}}
     assert by_claim(q, 900)["pair"].reason == WAITING_FOR_RESERVATION
+    no_holds_left(ledger)
+
+
+def test_clock_never_keeps_claims_of_several_cards_off_the_targets() -> None:
+    """The what-if ``clock=never``: a pair waits as under best effort, holds nothing, and is told so."""
+    ledger = ledger_with(2)
+    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_clock=math.inf)
+    run(q, ledger, "q", Q, "n0", 0, limit=5000.0)
+    run(q, ledger, "q2", Q, "n0", 1, limit=5000.0)
+    q.arrive(claim("pair", W2, at=0))
+    for now in (600.0, 5 * 86400.0):
+        assert q.admit(now) == [] and gpus_of(q) == {}
+        why = by_claim(q, now)["pair"]
+        assert why.reason == NO_CAPACITY and "claims of several cards get no drain target here" in why.message
+    q.arrive(claim("whole", W, at=10.0))  # a single-GPU claim still gets its target at once
+    assert q.admit(5 * 86400.0) == [] and set(gpus_of(q)) == {"whole"}
+    assert by_claim(q, 5 * 86400.0)["whole"].reason == WAITING_FOR_RESERVATION
     no_holds_left(ledger)
 
 
