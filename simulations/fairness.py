@@ -34,7 +34,7 @@ from typing import Any
 from packing.products import Catalog, RequestError
 from packing.queue import BEST_EFFORT_FIFO
 from simulations.metrics import product_order
-from simulations.protocol_b import t975
+from simulations.protocol_b import SeedSpread
 
 REFERENCE = BEST_EFFORT_FIFO
 SHARP_RATIO = 0.8
@@ -128,13 +128,12 @@ def paired_ratio_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], prod
     theirs = ((reference.get("per_seed_p99") or {}).get(ref_product) or {}).get("per_seed")
     if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
         return None
-    d = [float(a) - float(b) for a, b in zip(mine, theirs, strict=True)]
+    d = SeedSpread(tuple(float(a) - float(b) for a, b in zip(mine, theirs, strict=True)))
     base = statistics.fmean(float(b) for b in theirs)
-    if not all(math.isfinite(x) for x in d) or base <= 0:
+    if not math.isfinite(d.half_width) or base <= 0:
         return None
-    half = t975(len(d) - 1) * statistics.stdev(d) / math.sqrt(len(d))
-    centre = 1.0 + statistics.fmean(d) / base
-    return centre - half / base, centre + half / base
+    centre = 1.0 + d.mean / base
+    return centre - d.half_width / base, centre + d.half_width / base
 
 
 def limit_s(reference_p99_s: float) -> float:

@@ -79,8 +79,6 @@ class HoldClock:
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         if claim.request.count <= 1:
             return True
-        if math.isinf(self.max_clock):
-            return False
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
 
     def clock(self, waits: WaitHistory, kind: str, now: float) -> float:
