@@ -125,6 +125,8 @@ def test_check(cluster: FullCluster, shell: dict[str, str]) -> None:
     assert re.search(ready, ran.stdout, re.MULTILINE), ran.stdout
     assert NODE in ran.stdout, ran.stdout  # the node, with the agent's inventory of its cards
     assert "free slices: v100-25 x12" in ran.stdout, ran.stdout
+    assert ran.stdout.splitlines()[-1] == "gpuslice.io/queue", ran.stdout  # the webhook gated the dry run
+    assert "first-slice" not in cluster.kubectl("-n", "default", "get", "pods", "-o", "name").stdout  # only a dry run
 
 
 def test_the_agent_started_without_an_error(cluster: FullCluster) -> None:
