@@ -326,6 +326,13 @@ def steered_message(w: WaitingClaim, where: str, now: float) -> str:
             "have started")
 
 
+def front_pending_message(w: WaitingClaim, where: str, now: float, horizon: float) -> str:
+    """What worst-first's front is told while its targets steer (the what-if ``within=R``): none likely frees
+    within ``horizon`` seconds yet."""
+    return (f"the longest-waiting claim (waited {span(now - w.arrived_at)}): new work is kept off {where} while "
+            f"it fits elsewhere; held for it once it likely frees within {span(horizon)}")
+
+
 def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float | None, age_limit: float) -> str:
     """What a claim that fits only on the GPUs held for worst-first's front ``head`` is told."""
     when = "unknown (the claims there declare no time limit)" if est is None else f"by {span(est - now)} from now"

@@ -111,6 +111,7 @@ class ClaimQueue:
         head_starts: Mapping[str, float] | None = None,
         hold_clock: float | None = None,
         hold_share: int | None = None,
+        hold_within: float | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -132,6 +133,8 @@ class ClaimQueue:
         if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
                                        or hold_share < 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
+        if hold_within is not None and not (_finite(hold_within) and hold_within > 0):
+            raise QueueError(f"hold_within must be a positive finite ratio or None, got {hold_within!r}")
         for kind, ahead in (head_starts or {}).items():
             if not (_finite(ahead) and abs(ahead) <= MAX_HEAD_START):
                 raise QueueError(f"head start for {kind} must be a number of seconds within +-{MAX_HEAD_START:.0f}, "
@@ -142,7 +145,8 @@ class ClaimQueue:
         self.age_limits = limits
         self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
-        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share)
+        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share,
+                                                hold_within)
         self._seq = 0
         self._order = WaitingOrder(head_starts)
         self._book = RunningBook()

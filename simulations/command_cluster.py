@@ -177,7 +177,7 @@ def _engine(args: argparse.Namespace, policy: str, admission: Any, catalog: Cata
                         age_limit_s=age_limit, age_limits=admission.age_limits,
                         max_drain_targets=admission.max_drain_targets, drain_horizon_s=admission.drain_horizon_s,
                           head_starts=admission.head_starts, hold_clock_s=admission.hold_clock_s,
-                          hold_share=admission.hold_share,
+                          hold_share=admission.hold_share, hold_within=admission.hold_within,
                         reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                         declare_limits=args.declare_limits, record_placements=bool(getattr(args, "placements", None)),
                         entitlements=entitlements, prior=catalog_prior(catalog),  # the extender's cold start

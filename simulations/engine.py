@@ -57,6 +57,7 @@ class EngineConfig:
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in queue order): a what-if
     hold_clock_s: float | None = None  # worst-first's multi-card hold-clock ceiling; None: its default
     hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
+    hold_within: float | None = None  # worst-first's within=R; None: a multi-card front holds at once
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -225,7 +226,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                        reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
                        max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s,
                        head_starts=dict(config.head_starts), hold_clock=config.hold_clock_s,
-                       hold_share=config.hold_share)
+                       hold_share=config.hold_share, hold_within=config.hold_within)
     for namespace, entitlement in config.entitlements:
         queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()

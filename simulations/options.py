@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from packing.argtypes import positive_int, readable_file
+from packing.argtypes import positive_int, positive_number, readable_file
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.products import Catalog
 from packing.queue import (
@@ -414,9 +414,10 @@ class AdmissionChoice:
     """An admission strategy with its settings, as written on the command line: ``NAME`` or
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
     limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
-    targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock`` and ``share``
-    (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds, and its
-    one-GPU-in-N cap on targets) and, for every
+    targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock``, ``share`` and
+    ``within`` (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds, its
+    one-GPU-in-N cap on targets, and R: a front of several cards holds its targets only once one likely
+    frees within R x its wait) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
     whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
@@ -429,10 +430,11 @@ class AdmissionChoice:
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in line); negative: behind
     hold_clock_s: float | None = None  # worst-first's; None: its default
     hold_share: int | None = None  # worst-first's; None: its default
+    hold_within: float | None = None  # worst-first's within=R; None: a front holds at once
 
 
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
-            "share": (WORST_FIRST,)}  # a product's own age limit: AGING
+            "share": (WORST_FIRST,), "within": (WORST_FIRST,)}  # a product's own age limit: AGING
 AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
@@ -450,6 +452,7 @@ def parse_admission(text: str) -> AdmissionChoice:
     ahead: dict[str, float] = {}
     clock: float | None = None
     share: int | None = None
+    within: float | None = None
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -462,7 +465,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            lacks = ("has no hold clock" if key in ("clock", "share") else
+            lacks = ("has no hold clock" if key in ("clock", "share", "within") else
                      "does not age claims" if name not in AGING else "has no horizon")
             raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
                              f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
@@ -475,6 +478,8 @@ def parse_admission(text: str) -> AdmissionChoice:
                 clock = math.inf if value.strip() == "never" else parse_duration(value)
             elif key == "share":
                 share = positive_int(value)
+            elif key == "within":
+                within = positive_number(value)
             elif key == "T":
                 default = parse_duration(value)
             else:
@@ -486,7 +491,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             raise UsageError(f"--admission {text}: head start {AHEAD}{kind} must be within "
                              f"+-{MAX_HEAD_START / 3600:.0f}h, got {seconds / 3600:g}h")
     return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon, tuple(ahead.items()),
-                           clock, share)
+                           clock, share, within)
 
 
 def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:

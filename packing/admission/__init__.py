@@ -34,14 +34,16 @@ __all__ = ["AdmissionView", "AgingGuard", "BestEffortFifo", "DrainSoonest", "Str
 
 
 def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon: float | None = None,
-                  hold_clock: float | None = None, hold_share: int | None = None) -> Strategy:
+                  hold_clock: float | None = None, hold_share: int | None = None,
+                  hold_within: float | None = None) -> Strategy:
     """A fresh strategy object of that name (QueueError for an unknown name); ``max_drain_targets``
     caps the drain targets (claims holding one under the aging guard, GPUs they take under
     drain-soonest and worst-first), ``drain_horizon`` is drain-soonest's and worst-first's horizon in
     seconds; ``hold_clock`` (seconds) and ``hold_share`` are worst-first's ceiling of the multi-card hold
-    clock and its one-GPU-in-N cap on targets (None: the strategy's default)."""
-    if (hold_clock is not None or hold_share is not None) and name != WORST_FIRST:
-        raise QueueError(f"a hold clock and a hold share are worst-first's settings, not {name}'s")
+    clock and its one-GPU-in-N cap on targets, ``hold_within`` its what-if ``within=R`` (None: the strategy's
+    default)."""
+    if (hold_clock is not None or hold_share is not None or hold_within is not None) and name != WORST_FIRST:
+        raise QueueError(f"a hold clock, share and within are worst-first's settings, not {name}'s")
     if name == BEST_EFFORT_FIFO:
         return BestEffortFifo()
     if name == STRICT_FIFO:
@@ -53,5 +55,5 @@ def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon
     if name == WORST_FIRST:
         return WorstFirst(max_drain_targets, DEFAULT_HORIZON if drain_horizon is None else drain_horizon,
                           max_clock=MAX_CLOCK if hold_clock is None else hold_clock,
-                          hold_share=HOLD_SHARE if hold_share is None else hold_share)
+                          hold_share=HOLD_SHARE if hold_share is None else hold_share, hold_within=hold_within)
     raise QueueError(f"unknown admission policy {name!r}; choose one of {', '.join(ADMISSION_POLICIES)}")

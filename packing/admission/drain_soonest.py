@@ -51,6 +51,7 @@ from packing.explain import (
     Lens,
     drain_blocked_message,
     drain_message,
+    front_pending_message,
 )
 from packing.ledger import Allocation, Ledger
 from packing.products import Request
@@ -68,6 +69,7 @@ SMALL_SLICE_AGE_LIMIT = 0.0
 SLICE_AGE_LIMIT = 4 * 3600.0  # larger slices and multi-card requests
 HEAD_SHARE = 2  # by default targets take at most one GPU in this many (protocol B: 16 of 64 too few)
 MAX_HEADS = 64  # and at most this many GPUs: a new head's pick scans the GPUs
+FRONT_CHANCE = 0.5  # a front with a horizon (``Holding.front_horizon``) holds once a target likely frees within it
 
 StarveKey = tuple[int, float, int]  # (-priority, arrived_at + T, seq)
 
@@ -81,6 +83,10 @@ class Holding(Protocol):
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         """May this starving claim, which fits nowhere off the targets, hold a target now?"""
 
+    def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        """Where targets steer: the front's targets are held only once one likely (``FRONT_CHANCE``) frees
+        within this many seconds (at least the strategy's horizon); None: held at once."""
+
 
 class _Strict:
     """drain-soonest's own rule: every starving claim may be a head, and every target is held."""
@@ -89,6 +95,9 @@ class _Strict:
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         return True
+
+    def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        return None
 
 
 STRICT: Holding = _Strict()
@@ -123,6 +132,7 @@ class DrainSoonest:
         self._pools: dict[Request, list[_Pooled]] = {}  # per shape: one target per head, kept across steps
         self._heads: dict[str, _Head] = {}  # after the last step: head -> the target shown as its own
         self._front: Request | None = None  # after the last step: the shape of its first head (held strictly)
+        self._front_pending: float | None = None  # after the last step: the front's horizon while it steers
 
     def cap(self, ledger: Ledger) -> int:
         """How many GPUs the heads' targets may take at once (the first head's always): ``max_heads``,
@@ -188,6 +198,7 @@ class _Step:
         self.front: Request | None = None  # the shape of the step's first head: its pool is held strictly
         self._sat: dict[Request, bool] = {}
         self.strict = strategy.holding.strict
+        self._pending: tuple[tuple[int, int, int], float | None] | None = None  # memo of _front_horizon
 
     def run(self) -> list[Admission]:
         self._starving_pass()
@@ -201,6 +212,7 @@ class _Step:
         self.s._pools = self.pools
         self.s._heads = self._shown()
         self.s._front = self.front if self.front is not None and self.heads.get(self.front) else None
+        self.s._front_pending = self._front_horizon() if self.s._front is not None else None
         return self.out
 
     # ---- the pools ---------------------------------------------------------------------------------
@@ -405,7 +417,9 @@ class _Step:
         lift and hold of those targets' GPUs and one placement."""
         if self.strict:
             return False
-        front = {u for p in self.pools.get(self.front, ()) for u in p.target.gpus} if self.front is not None else set()
+        shape = self.front
+        held = shape is not None and self._front_horizon() is None  # else the front's targets steer too
+        front = {u for p in self.pools.get(shape, ()) for u in p.target.gpus} if shape is not None and held else set()
         soft = [u for pool in self.pools.values() for p in pool for u in p.target.gpus
                 if u in self.holds and u not in front]
         if not soft:
@@ -416,6 +430,29 @@ class _Step:
                 return False
             self.out.append(self.view.admit(w.claim, choice))
             return True
+
+    def _front_horizon(self) -> float | None:
+        """None once the front's targets are held; else the horizon within which none of them likely frees
+        yet (they steer meanwhile). Memoised per step until an admission or a lift changes the GPUs."""
+        shape = self.front
+        heads = self.heads.get(shape) if shape is not None else None
+        if shape is None or not heads:
+            return None
+        key = (len(self.out), self.holds.lifted, len(self.pools.get(shape, ())))
+        if self._pending is not None and self._pending[0] == key:
+            return self._pending[1]
+        v = self.view
+        within = self.s.holding.front_horizon(v, heads[0])
+        if within is not None:
+            horizon = max(self.s.horizon, within)
+            on = self._claims_on()
+            if any(gpu_target(self.ledger, shape, p.target.node, p.target.gpus, on, v.book.runs, v.book.history,
+                              v.now, horizon).chance >= FRONT_CHANCE for p in self.pools.get(shape, ())):
+                within = None
+            else:
+                within = horizon
+        self._pending = (key, within)
+        return within
 
     # ---- 3: everyone else -------------------------------------------------------------------------
 
@@ -516,7 +553,10 @@ class _DrainLens:
                                                    view.book.runs, view.book.history, view.now, strategy.horizon))
                       for c, h in heads.items()}
         strict = strategy.holding.strict
-        self.held_by = {c: h for c, h in self.heads.items() if strict or h.claim.request == strategy._front}
+        self.pending = strategy._front_pending  # the front steers until a target likely frees within this
+        self.held_by = {c: h for c, h in self.heads.items()
+                        if strict or (h.claim.request == strategy._front and self.pending is None)}
+        self.front = strategy._front
         self.held = {u for h in self.held_by.values() for u in h.target.gpus}
         self._outside: dict[Request, bool] = {}
 
@@ -534,6 +574,8 @@ class _DrainLens:
                 need = message if not fit else "fits only on GPUs held for claims ahead of it"
                 text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
                 return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
+            if not fit and self.pending is not None and w.request == self.front:  # the front, not held yet
+                return NO_CAPACITY, f"{message}; {front_pending_message(w, self.where(t), v.now, self.pending)}", None
             if not fit:  # it steers: nothing is reserved for it
                 return NO_CAPACITY, f"{message}; {self.words.steered(w, self.where(t), v.now)}", None
             # a steered head that fits: the step starts it only off the held GPUs, as any other claim

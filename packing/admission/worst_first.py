@@ -67,19 +67,31 @@ class HoldClock:
     """When a claim of several cards may hold a target: once it has waited longer than every other
     product's recent p99 (``TAIL``), at most ``max_clock``; never with ``max_clock`` infinite (the
     what-if ``clock=never``: such claims are placed as best effort places them, with no bound).
-    Single-GPU claims may at once."""
+    Single-GPU claims may at once.
+
+    ``hold_within`` (the what-if ``within=R``): a front of several cards holds its targets only once one
+    likely frees within R x the time it has waited (``front_horizon``); until then they steer. None:
+    it holds at once."""
 
     strict = False  # only the targets of the front's shape are held; the others steer
 
-    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK) -> None:
+    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK, hold_within: float | None = None) -> None:
         self.tail = tail
         self.max_clock = max_clock
+        self.hold_within = hold_within
         self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         if claim.request.count <= 1:
             return True
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
+
+    def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        """How soon the front's target must likely free before it is held: R x its wait (``within=R``, claims of
+        several cards); None: held at once."""
+        if self.hold_within is None or claim.request.count <= 1:
+            return None
+        return self.hold_within * (view.now - claim.arrived_at)
 
     def clock(self, waits: WaitHistory, kind: str, now: float) -> float:
         """H(kind) at ``now``: the longest recent p99 of the other products, at most ``max_clock`` (infinite
@@ -102,8 +114,8 @@ class WorstFirst:
     name = WORST_FIRST
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
-                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE) -> None:
-        self.clock = HoldClock(tail, max_clock)
+                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE, hold_within: float | None = None) -> None:
+        self.clock = HoldClock(tail, max_clock, hold_within)
         self.drain = DrainSoonest(max_heads, horizon, self.clock, hold_share, _Words())
 
     @property

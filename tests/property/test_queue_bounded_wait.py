@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -40,14 +41,16 @@ PRODUCTS = ("v100-25", "v100-50", "v100-100")
 
 
 def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float] | None, cap: int | None,
-        seed: int = 0, head_starts: dict[str, float] | None = None, hold_clock: float | None = None) -> Simulation:
+        seed: int = 0, head_starts: dict[str, float] | None = None, hold_clock: float | None = None,
+        hold_within: float | None = None) -> Simulation:
     """``jobs`` through the engine; ``limits`` None leaves the strategy its own aging clocks."""
     specs = [NodeSpec(f"n{i}", 64000, 262144, n, "Tesla-V100-SXM2-32GB") for i, n in enumerate(nodes)]
     ledger = build_ledger(specs, CARD, seed=seed, track_host=False)
     requests = [job_request(j, CATALOG, "slices") for j in jobs]
     config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple((limits or {}).items()),
                           age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap,
-                          head_starts=tuple((head_starts or {}).items()), hold_clock_s=hold_clock)
+                          head_starts=tuple((head_starts or {}).items()), hold_clock_s=hold_clock,
+                          hold_within=hold_within)
     return simulate(ledger, jobs, requests, config, seed)
 
 
@@ -69,10 +72,11 @@ def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> li
 
 
 def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[str, float] | None = None,
-                           multi_holds: bool = True) -> list[str]:
+                           multi_holds: bool = True, delay: float = MAX_CLOCK) -> list[str]:
     """Jobs that started later than the worst-first bound allows (one priority level, queue order: arrival,
-    less the product's head start, where given). ``multi_holds`` False (``clock=never``): claims of several
-    cards hold nothing and have no bound; single-GPU claims keep theirs with D = 0."""
+    less the product's head start, where given; ``delay`` is D where a claim of several cards waits).
+    ``multi_holds`` False (``clock=never``): claims of several cards hold nothing and have no bound;
+    single-GPU claims keep theirs with D = 0."""
     L = max(j.duration or 0.0 for j in jobs)
     ahead_of = head_starts or {}
     h = [ahead_of.get(j.product or "", 0.0) if j.count == 1 else 0.0 for j in jobs]
@@ -86,7 +90,7 @@ def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[s
         by = j.arrival + shift
         multi = multi_holds and any(d.count > 1 and (d.arrival, k) <= (by, i if shift == 0 else len(jobs))
                                     and sim.start[k] > by for k, d in enumerate(jobs))
-        at = j.arrival + shift + (MAX_CLOCK if multi else 0.0)
+        at = j.arrival + shift + (delay if multi else 0.0)
         ahead = sum(1 for k in range(len(jobs)) if key[k] < key[i] and sim.start[k] > at)
         bound = at + (ahead + 1) * L
         if sim.start[i] > bound + 1e-6:
@@ -158,6 +162,41 @@ def test_head_starts_shift_the_worst_first_bound_by_their_spread(
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
     assert worst_first_violations(sim, jobs, ahead) == []
+
+
+@settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(job, min_size=1, max_size=40),
+       within=st.sampled_from([0.5, 1.0, 2.0]), seed=st.integers(0, 3))
+def test_within_delays_the_worst_first_bound_by_at_most_l_over_r(
+        nodes: list[int], raw: list[tuple[float, float, str, int]], within: float, seed: int) -> None:
+    """The what-if ``within=R`` (a multi-card front held once a target likely frees within R x its wait), with
+    the hold clock's ceiling at 60 s so that L / R, not the clock, is D: D = max(60 s, L / R). From
+    arrival_c + D every claim of several cards ahead of c has waited L / R, and every declared end is within
+    L, so a front's target frees within R x its wait and is held as before."""
+    biggest = max(nodes)
+    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
+                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, hold_clock=60.0, hold_within=within)
+    assert sim.still_waiting == 0
+    assert all(s != NEVER for s in sim.start)
+    L = max(j.duration or 0.0 for j in jobs)
+    assert worst_first_violations(sim, jobs, delay=max(60.0, L / within)) == []
+
+
+@pytest.mark.parametrize("within", [0.25, 0.5, 1.0])
+def test_within_needs_its_l_over_r_in_the_bound(within: float) -> None:
+    """Quarters of 40 min keep two cards busy and a pair arrives among them: its target steers until it likely
+    frees within R x the pair's wait, so the pair starts later than the bound with the clock alone as D, and
+    within the bound with D = max(clock, L / R). (The property above cannot show it: its runs are shorter
+    than the 30 min horizon, within which any target likely frees.)"""
+    jobs = sorted([*(Job(f"q{k}", 300.0 * k, 2400.0, 0, product="v100-25") for k in range(60)),
+                   Job("pair", 2455.0, 100.0, 0, count=2, product="v100-100")], key=lambda j: j.arrival)
+    sim = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0, hold_within=within)
+    held_at_once = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0)
+    pair = next(i for i, j in enumerate(jobs) if j.name == "pair")
+    assert sim.start[pair] > held_at_once.start[pair]  # it steered a while
+    assert [v for v in worst_first_violations(sim, jobs, delay=60.0) if v.startswith("pair ")]
+    assert worst_first_violations(sim, jobs, delay=max(60.0, 2400.0 / within)) == []
 
 
 def test_the_worst_first_bound_is_met_by_waiting_claims_of_every_product() -> None:

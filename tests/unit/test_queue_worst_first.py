@@ -178,6 +178,32 @@ def test_clock_never_keeps_claims_of_several_cards_off_the_targets() -> None:
     no_holds_left(ledger)
 
 
+@pytest.mark.parametrize("within", [None, 1.0])
+def test_within_holds_a_multi_card_front_only_once_its_target_likely_frees_within_its_wait(
+        within: float | None) -> None:
+    """The what-if ``within=R``: a pair's target steers (a half that fits only there starts) while it likely
+    frees only after R x the pair's wait, and is held once it likely frees within it. Without it, held at once."""
+    ledger = ledger_with(2)
+    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_within=within)
+    run(q, ledger, "h0", H, "n0", 0, limit=5000.0)  # the pair's target frees by its declared end, 5000 s
+    q.arrive(claim("pair", W2, at=0.0))
+    assert q.admit(1.0) == [] and set(gpus_of(q)["pair"]) == {"n0-gpu0", "n0-gpu1"}
+    q.arrive(claim("h1", H, at=600.0))  # fits only on the pair's target; declares no limit (no backfill)
+    started = [a.claim for a in q.admit(600.0)]
+    if within is None:
+        assert started == [] and reasons(q, 600.0) == {"pair": WAITING_FOR_RESERVATION,
+                                                       "h1": BLOCKED_BY_HEAD_OF_LINE}
+        return
+    assert started == ["h1"]  # 5000 is past 600 + max(30 min, 600 s): the target steers
+    why = by_claim(q, 600.0)["pair"]
+    assert why.reason == NO_CAPACITY and "held for it once it likely frees within 30 min" in why.message, why.message
+    q.depart("h1", 2000.0)
+    q.arrive(claim("h2", H, at=2600.0))
+    assert q.admit(2600.0) == []  # 5000 <= 2600 + 1 x 2600: held now, h2 waits
+    assert reasons(q, 2600.0) == {"pair": WAITING_FOR_RESERVATION, "h2": BLOCKED_BY_HEAD_OF_LINE}
+    no_holds_left(ledger)
+
+
 def test_a_waiting_claim_is_told_what_its_products_recent_waits_say() -> None:
     ledger = ledger_with(1)
     q = wf_queue(ledger)
