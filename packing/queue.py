@@ -133,8 +133,10 @@ class ClaimQueue:
         if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
                                        or hold_share < 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
-        if hold_within is not None and not (_finite(hold_within) and hold_within > 0):
-            raise QueueError(f"hold_within must be a positive finite ratio or None, got {hold_within!r}")
+        if hold_within is not None and not (isinstance(hold_within, (int, float)) and not isinstance(hold_within, bool)
+                                            and hold_within > 0):
+            raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
+                             f"got {hold_within!r}")
         for kind, ahead in (head_starts or {}).items():
             if not (_finite(ahead) and abs(ahead) <= MAX_HEAD_START):
                 raise QueueError(f"head start for {kind} must be a number of seconds within +-{MAX_HEAD_START:.0f}, "

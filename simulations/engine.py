@@ -57,7 +57,7 @@ class EngineConfig:
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in queue order): a what-if
     hold_clock_s: float | None = None  # worst-first's multi-card hold-clock ceiling; None: its default
     hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
-    hold_within: float | None = None  # worst-first's within=R; None: a multi-card front holds at once
+    hold_within: float | None = None  # worst-first's within=R (inf: a multi-card front holds at once); None: 1
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)

@@ -417,7 +417,7 @@ class AdmissionChoice:
     targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock``, ``share`` and
     ``within`` (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds, its
     one-GPU-in-N cap on targets, and R: a front of several cards holds its targets only once one likely
-    frees within R x its wait) and, for every
+    frees within R x its wait, 1 by default, ``off`` to hold at once) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
     whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
@@ -430,7 +430,7 @@ class AdmissionChoice:
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in line); negative: behind
     hold_clock_s: float | None = None  # worst-first's; None: its default
     hold_share: int | None = None  # worst-first's; None: its default
-    hold_within: float | None = None  # worst-first's within=R; None: a front holds at once
+    hold_within: float | None = None  # worst-first's within=R (off: inf, a front holds at once); None: its default
 
 
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
@@ -479,7 +479,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             elif key == "share":
                 share = positive_int(value)
             elif key == "within":
-                within = positive_number(value)
+                within = math.inf if value.strip() == "off" else positive_number(value)
             elif key == "T":
                 default = parse_duration(value)
             else:

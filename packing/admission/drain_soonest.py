@@ -148,6 +148,10 @@ class DrainSoonest:
             return None
         return next((c for c, h in self._heads.items() if h.claim.request == self._front), None)
 
+    def front_pending(self) -> float | None:
+        """After the last step: the front's horizon while its targets steer (``Holding.front_horizon``), else None."""
+        return self._front_pending
+
     def targets(self) -> dict[str, str]:
         return {c: h.target.node for c, h in self._heads.items()}
 

@@ -9,8 +9,8 @@ that still wait at s_c.
 
 The worst-first bound (``packing/QUEUE.md``, *The worst-first bound*), every product alike: a claim c
 starts by arrival_c + D_c + (A_c + 1) * L, where D_c is 0 when no claim of several cards (c included)
-arrived by arrival_c and waits then, else ``MAX_CLOCK``, and A_c counts the claims ahead of c in queue
-order still waiting at arrival_c + D_c.
+arrived by arrival_c and waits then, else max(``MAX_CLOCK``, L / ``HOLD_WITHIN``), and A_c counts the claims
+ahead of c in queue order still waiting at arrival_c + D_c.
 
 Random clusters and workloads run through ``simulations.engine.simulate`` -- the discrete-event
 engine that drives ``ClaimQueue`` exactly as the extender does -- and every job's start is held to
@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.admission.worst_first import MAX_CLOCK
+from packing.admission.worst_first import HOLD_WITHIN, MAX_CLOCK
 from packing.products import load_catalog
 from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST, WORST_FIRST
 from simulations.cluster import build_ledger, card_model_for
@@ -72,9 +72,10 @@ def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> li
 
 
 def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[str, float] | None = None,
-                           multi_holds: bool = True, delay: float = MAX_CLOCK) -> list[str]:
+                           multi_holds: bool = True, delay: float | None = None) -> list[str]:
     """Jobs that started later than the worst-first bound allows (one priority level, queue order: arrival,
-    less the product's head start, where given; ``delay`` is D where a claim of several cards waits).
+    less the product's head start, where given; ``delay`` is D where a claim of several cards waits, by default
+    max(MAX_CLOCK, L / HOLD_WITHIN)).
     ``multi_holds`` False (``clock=never``): claims of several cards hold nothing and have no bound;
     single-GPU claims keep theirs with D = 0."""
     L = max(j.duration or 0.0 for j in jobs)
@@ -90,7 +91,7 @@ def worst_first_violations(sim: Simulation, jobs: list[Job], head_starts: dict[s
         by = j.arrival + shift
         multi = multi_holds and any(d.count > 1 and (d.arrival, k) <= (by, i if shift == 0 else len(jobs))
                                     and sim.start[k] > by for k, d in enumerate(jobs))
-        at = j.arrival + shift + (delay if multi else 0.0)
+        at = j.arrival + shift + ((max(MAX_CLOCK, L / HOLD_WITHIN) if delay is None else delay) if multi else 0.0)
         ahead = sum(1 for k in range(len(jobs)) if key[k] < key[i] and sim.start[k] > at)
         bound = at + (ahead + 1) * L
         if sim.start[i] > bound + 1e-6:
@@ -192,7 +193,7 @@ def test_within_needs_its_l_over_r_in_the_bound(within: float) -> None:
     jobs = sorted([*(Job(f"q{k}", 300.0 * k, 2400.0, 0, product="v100-25") for k in range(60)),
                    Job("pair", 2455.0, 100.0, 0, count=2, product="v100-100")], key=lambda j: j.arrival)
     sim = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0, hold_within=within)
-    held_at_once = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0)
+    held_at_once = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0, hold_within=math.inf)
     pair = next(i for i, j in enumerate(jobs) if j.name == "pair")
     assert sim.start[pair] > held_at_once.start[pair]  # it steered a while
     assert [v for v in worst_first_violations(sim, jobs, delay=60.0) if v.startswith("pair ")]

@@ -9,6 +9,7 @@ The message builders are shared (they are pure functions of the ledger and the r
 
 from __future__ import annotations
 
+import math
 import random
 
 from hypothesis import given, settings
@@ -24,6 +25,7 @@ from packing.explain import (
     drain_message,
     front_blocked_message,
     front_message,
+    front_pending_message,
     guard_message,
     starving_message,
     steered_message,
@@ -160,10 +162,15 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                                  book.history, now, guard.horizon)
                    for c, t in drain_heads.items()
                    if q.state(c) == "waiting" and isinstance(guard, (DrainSoonest, WorstFirst))}
+    pending: float | None = None  # worst-first: the horizon while the front's targets steer too
     if isinstance(guard, WorstFirst):  # only the front's targets are held; the others steer
         front = guard.front()
         front_kind = q.claim(front).request if front is not None and q.state(front) == "waiting" else None
-        held_heads = {c: t for c, t in drain_heads.items() if q.claim(c).request == front_kind}
+        # the last step's decision, as the front itself (claims may have left since: nothing is held until the next)
+        pending = guard.front_pending() if front_kind is not None else None
+        assert pending is None or (front_kind is not None and front_kind.count > 1
+                                   and not math.isinf(guard.clock.hold_within))
+        held_heads = {c: t for c, t in drain_heads.items() if q.claim(c).request == front_kind and pending is None}
     else:
         held_heads = drain_heads
     drain_held = {u for t in held_heads.values() for u in t.gpus}
@@ -225,8 +232,11 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                     text = front_message(w, gpu_words(q.ledger, t.node, t.gpus), now, t.drains_by, limit)
                     reason, message, est = WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
                 elif w.claim in drain_heads:
-                    if not fit:
-                        t = drain_heads[w.claim]
+                    t = drain_heads[w.claim]
+                    if not fit and pending is not None and r == front_kind:
+                        said = front_pending_message(w, gpu_words(q.ledger, t.node, t.gpus), now, pending)
+                        message = f"{message}; {said}"
+                    elif not fit:
                         message = f"{message}; {steered_message(w, gpu_words(q.ledger, t.node, t.gpus), now)}"
                 elif fit and drain_held and not fits_off(q.ledger, r, drain_held):
                     on_t = [(c, t) for c, t in held_heads.items() if fits_off(q.ledger, r, set(), t.gpus)]

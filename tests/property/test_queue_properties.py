@@ -223,10 +223,13 @@ class Harness:
         return admissions
 
     def held_gpus(self) -> set[str]:
-        """The GPUs nothing may start on: every head's under drain-soonest, the front's under worst-first."""
+        """The GPUs nothing may start on: every head's under drain-soonest, the front's under worst-first (none
+        while its targets steer: several cards, none likely to free within R x its wait)."""
         strategy = self.queue.strategy
         if isinstance(strategy, WorstFirst):
             front = strategy.front()
+            if strategy.front_pending() is not None:
+                return set()
             return {u for c, t in strategy.gpu_targets().items() if c in self.waiting and front in self.waiting
                     and self.waiting[c].request == self.waiting[front].request for u in t.gpus}
         if not isinstance(strategy, DrainSoonest):
@@ -369,7 +372,7 @@ class Harness:
                 assert isinstance(strategy, WorstFirst)
                 front = strategy.front()
                 shape = self.waiting[front].request if front in self.waiting else None
-                expected = {c for c in targets if self.waiting[c].request == shape}
+                expected = {c for c in targets if self.waiting[c].request == shape and strategy.front_pending() is None}
             assert heads == expected, f"explain names heads {heads}, admit held capacity for {expected}"
         for e in explained:
             c = self.waiting[e.claim]

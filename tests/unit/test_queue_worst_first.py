@@ -10,7 +10,7 @@ import pytest
 
 from packing.admission import WorstFirst
 from packing.admission.holds import is_hold
-from packing.admission.worst_first import MAX_CLOCK, HoldClock
+from packing.admission.worst_first import HOLD_WITHIN, MAX_CLOCK, HoldClock
 from packing.ledger import Ledger
 from packing.queue import (
     BLOCKED_BY_HEAD_OF_LINE,
@@ -51,7 +51,7 @@ def no_holds_left(ledger: Ledger) -> None:
 
 def test_it_is_the_default_and_every_product_is_in_line_at_once() -> None:
     q = ClaimQueue(ledger_with(1))
-    assert DEFAULT_ADMISSION == WORST_FIRST == q.admission
+    assert DEFAULT_ADMISSION == WORST_FIRST == q.admission and strategy(q).clock.hold_within == HOLD_WITHIN == 1.0
     for r in (Q, H, W, W2):
         assert q.age_limit(r.product or "", r) == 0.0
     assert strategy(q).cap(ledger_with(64)) == 16 and strategy(q).cap(ledger_with(2)) == 1  # one GPU in four
@@ -147,7 +147,7 @@ def test_the_hold_clock_is_the_longest_recent_p99_of_the_other_products(
 
 def test_a_multi_card_claim_gets_a_target_only_past_its_hold_clock() -> None:
     ledger = ledger_with(2)
-    q = wf_queue(ledger)
+    q = wf_queue(ledger, hold_within=math.inf)  # held at once, once a head (within=R: the test below)
     book = q.view(0.0).book
     for i in range(100):
         book.waits.add("v100-25", 900.0 if i < 2 else 0.0)  # quarters lately: p99 15 min
@@ -178,11 +178,12 @@ def test_clock_never_keeps_claims_of_several_cards_off_the_targets() -> None:
     no_holds_left(ledger)
 
 
-@pytest.mark.parametrize("within", [None, 1.0])
+@pytest.mark.parametrize("within", [math.inf, None])
 def test_within_holds_a_multi_card_front_only_once_its_target_likely_frees_within_its_wait(
         within: float | None) -> None:
-    """The what-if ``within=R``: a pair's target steers (a half that fits only there starts) while it likely
-    frees only after R x the pair's wait, and is held once it likely frees within it. Without it, held at once."""
+    """``HOLD_WITHIN`` (R = 1, the default: None): a pair's target steers (a half that fits only there starts)
+    while it likely frees only after R x the pair's wait, and is held once it likely frees within it. With
+    ``within=off`` (inf), held at once."""
     ledger = ledger_with(2)
     q = ClaimQueue(ledger, admission=WORST_FIRST, hold_within=within)
     run(q, ledger, "h0", H, "n0", 0, limit=5000.0)  # the pair's target frees by its declared end, 5000 s
@@ -190,7 +191,7 @@ def test_within_holds_a_multi_card_front_only_once_its_target_likely_frees_withi
     assert q.admit(1.0) == [] and set(gpus_of(q)["pair"]) == {"n0-gpu0", "n0-gpu1"}
     q.arrive(claim("h1", H, at=600.0))  # fits only on the pair's target; declares no limit (no backfill)
     started = [a.claim for a in q.admit(600.0)]
-    if within is None:
+    if within == math.inf:
         assert started == [] and reasons(q, 600.0) == {"pair": WAITING_FOR_RESERVATION,
                                                        "h1": BLOCKED_BY_HEAD_OF_LINE}
         return

@@ -31,6 +31,7 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert parse_admission("best-effort-fifo:ahead.v100-50=0").head_starts == (("v100-50", 0.0),)
     assert parse_admission("worst-first:clock=never").hold_clock_s == math.inf
     assert parse_admission("worst-first:within=0.5").hold_within == 0.5 and w.hold_within is None
+    assert parse_admission("worst-first:within=off").hold_within == math.inf
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
                       ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
         with pytest.raises(UsageError, match=says):
