@@ -199,7 +199,7 @@ class _Step:
         self._on_at = -1
         self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
         self.guarded: set[Request] = set()  # shapes whose pool is held: from their first head on
-        self.front: Request | None = None  # the shape of the step's first head: its pool is held strictly
+        self.front: Request | None = None  # the shape of the step's first head: its pool is held (see _front_horizon)
         self._sat: dict[Request, bool] = {}
         self.strict = strategy.holding.strict
         self._pending: tuple[tuple[int, int, int], float | None] | None = None  # memo of _front_horizon
