@@ -239,11 +239,11 @@ class _Step:
                 pools[shape] = alive
         return pools
 
-    def _rescored(self, shape: Request, t: GpuTarget) -> GpuTarget:
-        """``t`` scored for ``shape`` now."""
+    def _rescored(self, shape: Request, t: GpuTarget, horizon: float | None = None) -> GpuTarget:
+        """``t`` scored for ``shape`` now, within ``horizon`` (the strategy's by default)."""
         v = self.view
         return gpu_target(self.ledger, shape, t.node, t.gpus, self._claims_on(), v.book.runs, v.book.history, v.now,
-                          self.s.horizon)
+                          self.s.horizon if horizon is None else horizon)
 
     def _trim(self) -> None:
         """Keep one target per head of each shape: the oldest-picked always (the bound counts on it),
@@ -445,16 +445,12 @@ class _Step:
         key = (len(self.out), self.holds.lifted, len(self.pools.get(shape, ())))
         if self._pending is not None and self._pending[0] == key:
             return self._pending[1]
-        v = self.view
-        within = self.s.holding.front_horizon(v, heads[0])
+        within = self.s.holding.front_horizon(self.view, heads[0])
         if within is not None:
             horizon = max(self.s.horizon, within)
-            on = self._claims_on()
-            if any(gpu_target(self.ledger, shape, p.target.node, p.target.gpus, on, v.book.runs, v.book.history,
-                              v.now, horizon).chance >= FRONT_CHANCE for p in self.pools.get(shape, ())):
-                within = None
-            else:
-                within = horizon
+            likely = any(self._rescored(shape, p.target, horizon).chance >= FRONT_CHANCE
+                         for p in self.pools.get(shape, ()))
+            within = None if likely else horizon
         self._pending = (key, within)
         return within
 
