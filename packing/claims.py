@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import KW_ONLY, dataclass
+from typing import TypeGuard
 
 from packing.entitlements import product_name
 from packing.ledger import Allocation
@@ -99,6 +100,11 @@ class Admission:
     backfill: bool = False  # admitted behind a starving head because it ends before the head can start
 
 
+def real(value: object) -> TypeGuard[float]:
+    """Is ``value`` a real (not bool) number, infinities included, NaN not?"""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
 def finite(value: object) -> bool:
     """Is ``value`` a real (not bool) finite number?"""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return real(value) and math.isfinite(value)

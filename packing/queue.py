@@ -50,6 +50,7 @@ from packing.claims import (
     WaitingClaim,
 )
 from packing.claims import finite as _finite
+from packing.claims import real as _real
 from packing.drain import could_hold
 from packing.entitlements import Entitlement, Usage
 from packing.estimate import estimated_start
@@ -127,14 +128,12 @@ class ClaimQueue:
             raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
         if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
             raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
-        if hold_clock is not None and not (isinstance(hold_clock, (int, float)) and not isinstance(hold_clock, bool)
-                                           and hold_clock >= 0):
+        if hold_clock is not None and not (_real(hold_clock) and hold_clock >= 0):
             raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, got {hold_clock!r}")
         if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
                                        or hold_share < 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
-        if hold_within is not None and not (isinstance(hold_within, (int, float)) and not isinstance(hold_within, bool)
-                                            and hold_within > 0):
+        if hold_within is not None and not (_real(hold_within) and hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
                              f"got {hold_within!r}")
         for kind, ahead in (head_starts or {}).items():
