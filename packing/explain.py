@@ -341,15 +341,19 @@ def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float
             f"declared time limit ending before it is freed ({when})")
 
 
-def untargeted_message(targets: int, clock: float | None) -> str:
+def untargeted_message(targets: int, clock: float | None, front_share: int | None = None) -> str:
     """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
     products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
-    ``targets`` is how many longer-waiting claims have targets."""
+    ``front_share`` the share of GPUs its shape, the front's, already holds for longer-waiting claims of
+    it, else ``targets`` is how many longer-waiting claims have targets."""
     if clock is not None and math.isinf(clock):
         return "claims that need less start first where they fit; claims of several cards get no drain target here"
     if clock is not None:
         return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
                 f"{span(clock)}, longer than every other product's recent p99 wait")
+    if front_share is not None:
+        return (f"claims that need less start first where they fit; the GPUs held for its request shape, one in "
+                f"{front_share} at most, are held for longer-waiting claims of that shape")
     ahead = f"{targets} longer-waiting claims have them" if targets else "none is free for it"
     return f"claims that need less start first where they fit; drain targets go to the longest-waiting claims ({ahead})"
 

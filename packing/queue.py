@@ -113,6 +113,7 @@ class ClaimQueue:
         hold_clock: float | None = None,
         hold_share: int | None = None,
         hold_within: float | None = None,
+        front_share: int | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -133,6 +134,9 @@ class ClaimQueue:
         if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
                                        or hold_share < 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
+        if front_share is not None and (not isinstance(front_share, int) or isinstance(front_share, bool)
+                                        or front_share < 1):
+            raise QueueError(f"front_share must be a whole number >= 1 or None, got {front_share!r}")
         if hold_within is not None and not (_real(hold_within) and hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
                              f"got {hold_within!r}")
@@ -147,7 +151,7 @@ class ClaimQueue:
         self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
         self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share,
-                                                hold_within)
+                                                hold_within, front_share)
         self._seq = 0
         self._order = WaitingOrder(head_starts)
         self._book = RunningBook()

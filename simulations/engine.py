@@ -58,6 +58,7 @@ class EngineConfig:
     hold_clock_s: float | None = None  # worst-first's multi-card hold-clock ceiling; None: its default
     hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
     hold_within: float | None = None  # worst-first's within=R (inf: a multi-card front holds at once); None: 1
+    front_share: int | None = None  # worst-first's front=N: the front's shape holds one GPU in N at most; None: 8
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -226,7 +227,8 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                        reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
                        max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s,
                        head_starts=dict(config.head_starts), hold_clock=config.hold_clock_s,
-                       hold_share=config.hold_share, hold_within=config.hold_within)
+                       hold_share=config.hold_share, hold_within=config.hold_within,
+                       front_share=config.front_share)
     for namespace, entitlement in config.entitlements:
         queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()

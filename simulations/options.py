@@ -414,10 +414,11 @@ class AdmissionChoice:
     """An admission strategy with its settings, as written on the command line: ``NAME`` or
     ``NAME:key=value:...`` with keys ``T`` (age limit of every product), a product name (its own age
     limit), ``heads`` (the cap on drain targets: claims holding one under the aging guard, GPUs the
-    targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock``, ``share`` and
-    ``within`` (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds, its
-    one-GPU-in-N cap on targets, and R: a front of several cards holds its targets only once one likely
-    frees within R x its wait, 1 by default, ``off`` to hold at once) and, for every
+    targets take under drain-soonest and worst-first), ``horizon`` (theirs), ``clock``, ``share``,
+    ``within`` and ``front`` (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds,
+    its one-GPU-in-N cap on targets, R: a front of several cards holds its targets only once one likely
+    frees within R x its wait, 1 by default, ``off`` to hold at once; and its one-GPU-in-N cap on the
+    targets the front's shape holds, 8 by default) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
     whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
@@ -431,10 +432,12 @@ class AdmissionChoice:
     hold_clock_s: float | None = None  # worst-first's; None: its default
     hold_share: int | None = None  # worst-first's; None: its default
     hold_within: float | None = None  # worst-first's within=R (off: inf, a front holds at once); None: its default
+    front_share: int | None = None  # worst-first's front=N; None: its default
 
 
+# a product's own age limit: AGING
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
-            "share": (WORST_FIRST,), "within": (WORST_FIRST,)}  # a product's own age limit: AGING
+            "share": (WORST_FIRST,), "within": (WORST_FIRST,), "front": (WORST_FIRST,)}
 AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
@@ -453,6 +456,7 @@ def parse_admission(text: str) -> AdmissionChoice:
     clock: float | None = None
     share: int | None = None
     within: float | None = None
+    front: int | None = None
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -465,7 +469,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            lacks = ("has no hold clock" if key in ("clock", "share", "within") else
+            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front") else
                      "does not age claims" if name not in AGING else "has no horizon")
             raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
                              f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
@@ -478,6 +482,8 @@ def parse_admission(text: str) -> AdmissionChoice:
                 clock = math.inf if value.strip() == "never" else parse_duration(value)
             elif key == "share":
                 share = positive_int(value)
+            elif key == "front":
+                front = positive_int(value)
             elif key == "within":
                 within = math.inf if value.strip() == "off" else positive_number(value)
             elif key == "T":
@@ -491,7 +497,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             raise UsageError(f"--admission {text}: head start {AHEAD}{kind} must be within "
                              f"+-{MAX_HEAD_START / 3600:.0f}h, got {seconds / 3600:g}h")
     return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon, tuple(ahead.items()),
-                           clock, share, within)
+                           clock, share, within, front)
 
 
 def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:

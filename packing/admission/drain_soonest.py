@@ -79,6 +79,7 @@ class Holding(Protocol):
     (``packing.admission.worst_first``) run on this module's pools, targets and holds."""
 
     strict: bool  # every head's targets are held; False: only the front's shape's, the others steer (below)
+    front_share: int | None  # where targets steer: the front's shape holds at most one GPU in this many; None: no cap
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         """May this starving claim, which fits nowhere off the targets, hold a target now?"""
@@ -88,10 +89,18 @@ class Holding(Protocol):
         within this many seconds (at least the strategy's horizon); None: held at once."""
 
 
+def past_front_share(heads: int, r: Request, gpus: int, holding: Holding) -> bool:
+    """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past one GPU in
+    ``holding.front_share`` (at least one GPU: the front's own always holds)?"""
+    share = holding.front_share
+    return share is not None and (heads + 1) * r.count > max(1, gpus // share)
+
+
 class _Strict:
     """drain-soonest's own rule: every starving claim may be a head, and every target is held."""
 
     strict = True
+    front_share: int | None = None  # every head's targets are held: no front
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         return True
@@ -147,6 +156,15 @@ class DrainSoonest:
         if self._front is None:
             return None
         return next((c for c, h in self._heads.items() if h.claim.request == self._front), None)
+
+    def front_full(self, view: AdmissionView) -> Request | None:
+        """After the last step, while its front waits: the front's shape when the targets of its waiting heads
+        hold their share (``Holding.front_share``), so that no further claim of it gets one; else None."""
+        r, front = self._front, self.front()
+        if r is None or front is None or front not in view.order:
+            return None
+        heads = sum(1 for c, h in self._heads.items() if h.claim.request == r and c in view.order)
+        return r if past_front_share(heads, r, len(view.ledger.gpus), self.holding) else None
 
     def front_pending(self) -> float | None:
         """After the last step: the front's horizon while its targets steer (``Holding.front_horizon``), else None."""
@@ -321,6 +339,8 @@ class _Step:
                 continue  # the first head always holds its target; the others only within the cap
             if not self.s.holding.may_head(v, w):
                 continue  # not yet (its shape's later claims waited less)
+            if r == self.front and past_front_share(len(self.heads[r]), r, len(self.ledger.gpus), self.s.holding):
+                continue  # the front's shape already holds its share; the front itself always holds
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
                 for p in self.pools.get(r, ()):

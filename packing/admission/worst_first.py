@@ -25,6 +25,8 @@ Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal i
    several cards is held only once one of its targets likely (1/2) frees within ``HOLD_WITHIN`` (1) x
    its wait, at least 30 min; until then its targets steer too, so the cards a hold idles stay idle
    about as long as the claim has already waited, not for the two days a long job may still run.
+   The held targets take at most one GPU in ``FRONT_SHARE`` (8; the front's own always): the other
+   claims of the front's shape wait in line, and the room is left to the shapes that steer.
 
 Guarantee (``packing/QUEUE.md``, *The worst-first bound*; checked against the simulation engine by
 ``tests/property/test_queue_bounded_wait.py``). In one priority level, on a fixed cluster without
@@ -68,6 +70,9 @@ TAIL = 0.99  # the other products' tail a multi-card claim must pass: their p99
 # a multi-card front is held once a target likely frees within this many times its wait (protocol B, 30 seeds:
 # multigpu50's quarters, halves, wholes waited 101-128 min less, its 8-card jobs the same; the built-in mix alike)
 HOLD_WITHIN = 1.0
+# the front's shape holds at most one GPU in this many (protocol B, 30 seeds: none sacrificed on gpushare100 at
+# 0.95, the built-in mix at 0.85 and multigpu50 at 0.7, where one in four -- all the targets' cap -- sacrificed one)
+FRONT_SHARE = 8
 
 
 class HoldClock:
@@ -78,14 +83,19 @@ class HoldClock:
 
     ``hold_within`` R (``HOLD_WITHIN``; the simulator's ``within=R``): a front of several cards holds its
     targets only once one likely frees within R x the time it has waited (``front_horizon``); until then
-    they steer. Infinite (``within=off``): it holds at once."""
+    they steer. Infinite (``within=off``): it holds at once.
+
+    ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
+    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before)."""
 
     strict = False  # only the targets of the front's shape are held; the others steer
 
-    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK, hold_within: float = HOLD_WITHIN) -> None:
+    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK, hold_within: float = HOLD_WITHIN,
+                 front_share: int = FRONT_SHARE) -> None:
         self.tail = tail
         self.max_clock = max_clock
         self.hold_within = hold_within
+        self.front_share: int | None = front_share
         self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
@@ -121,8 +131,9 @@ class WorstFirst:
     name = WORST_FIRST
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
-                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE, hold_within: float = HOLD_WITHIN) -> None:
-        self.clock = HoldClock(tail, max_clock, hold_within)
+                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE, hold_within: float = HOLD_WITHIN,
+                 front_share: int = FRONT_SHARE) -> None:
+        self.clock = HoldClock(tail, max_clock, hold_within, front_share)
         self.drain = DrainSoonest(max_heads, horizon, self.clock, hold_share, _Words())
 
     @property
@@ -185,6 +196,7 @@ class _Lens:
         self.view = view
         self.inner = inner
         self.targets = len(strategy.gpu_targets())
+        self.capped = strategy.drain.front_full(view)
 
     def see(self, w: WaitingClaim, fit: bool, message: str) -> tuple[str, str, float | None] | None:
         said = self.inner.see(w, fit, message)
@@ -196,4 +208,5 @@ class _Lens:
         if r.count > 1:
             h = self.strategy.clock.clock(v.book.waits, kind_of(r), v.now)
             clock = h if v.now - w.arrived_at < h else None
-        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock)}", None
+        share = self.strategy.clock.front_share if r == self.capped else None
+        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share)}", None

@@ -10,7 +10,7 @@ import pytest
 
 from packing.admission import WorstFirst
 from packing.admission.holds import is_hold
-from packing.admission.worst_first import HOLD_WITHIN, MAX_CLOCK, HoldClock
+from packing.admission.worst_first import FRONT_SHARE, HOLD_WITHIN, MAX_CLOCK, HoldClock
 from packing.ledger import Ledger
 from packing.queue import (
     BLOCKED_BY_HEAD_OF_LINE,
@@ -55,6 +55,7 @@ def test_it_is_the_default_and_every_product_is_in_line_at_once() -> None:
     for r in (Q, H, W, W2):
         assert q.age_limit(r.product or "", r) == 0.0
     assert strategy(q).cap(ledger_with(64)) == 16 and strategy(q).cap(ledger_with(2)) == 1  # one GPU in four
+    assert strategy(q).clock.front_share == FRONT_SHARE == 8  # of which the front's shape holds one in eight
 
 
 def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
@@ -79,13 +80,17 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
     checked(q)
 
 
-def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
-    ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4)
+def fill_with_a_quarter_free(q: ClaimQueue, ledger: Ledger) -> None:
     for node in ("n0", "n1"):
         for g in range(4):
             run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
             run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)  # a quarter free on each GPU
+
+
+def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4, front_share=4)  # the front's shape may hold 2 of the 8 GPUs
+    fill_with_a_quarter_free(q, ledger)
     q.arrive(claim("w0", W, at=0))
     q.arrive(claim("w1", W, at=1))
     q.arrive(claim("half", H, at=2))
@@ -109,6 +114,32 @@ def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_
     [b] = q.admit(7)
     assert b.claim == "late" and b.allocation.gpus == targets["half"]
     no_holds_left(ledger)
+
+
+def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_still_steer() -> None:
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4)  # FRONT_SHARE 8: the front's shape holds 1 of the 8 GPUs
+    fill_with_a_quarter_free(q, ledger)
+    q.arrive(claim("w0", W, at=0))
+    q.arrive(claim("w1", W, at=1))
+    q.arrive(claim("half", H, at=2))
+    assert q.admit(5) == []
+    targets = gpus_of(q)
+    assert set(targets) == {"w0", "half"} and strategy(q).front() == "w0"  # w1 is past the front's share
+    why = by_claim(q, 5)
+    assert why["w0"].reason == WAITING_FOR_RESERVATION
+    assert why["half"].reason == NO_CAPACITY and "new work is kept off GPU" in why["half"].message
+    assert why["w1"].reason == NO_CAPACITY
+    assert why["w1"].message.endswith("the GPUs held for its request shape, one in 8 at most, are held for "
+                                      "longer-waiting claims of that shape")
+    # the front still goes first: its target frees before the half's (limits 1000 + 100 g, the least first)
+    node, g = targets["w0"][0].split("-gpu")
+    q.depart(f"{node}-{g}a", 2000)
+    q.depart(f"{node}-{g}b", 2000)
+    assert [(a.claim, a.allocation.gpus) for a in q.admit(2000)] == [("w0", targets["w0"])]
+    assert "w1" in gpus_of(q)  # the share is free again: the next of the front's shape holds
+    no_holds_left(ledger)
+    checked(q)
 
 
 def test_a_claim_that_fits_only_on_the_fronts_gpus_is_blocked_unless_it_ends_first() -> None:

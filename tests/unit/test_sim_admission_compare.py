@@ -32,6 +32,7 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert parse_admission("worst-first:clock=never").hold_clock_s == math.inf
     assert parse_admission("worst-first:within=0.5").hold_within == 0.5 and w.hold_within is None
     assert parse_admission("worst-first:within=off").hold_within == math.inf
+    assert parse_admission("worst-first:front=4").front_share == 4 and w.front_share is None
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
                       ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
         with pytest.raises(UsageError, match=says):
