@@ -352,8 +352,8 @@ def untargeted_message(targets: int, clock: float | None, front_share: int | Non
         return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
                 f"{span(clock)}, longer than every other product's recent p99 wait")
     if front_share is not None:
-        return (f"claims that need less start first where they fit; the GPUs held for its request shape, one in "
-                f"{front_share} at most, are held for longer-waiting claims of that shape")
+        return (f"claims that need less start first where they fit; the drain targets of its request shape, one "
+                f"GPU in {front_share} at most, go to longer-waiting claims of that shape")
     ahead = f"{targets} longer-waiting claims have them" if targets else "none is free for it"
     return f"claims that need less start first where they fit; drain targets go to the longest-waiting claims ({ahead})"
 

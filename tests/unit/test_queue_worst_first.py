@@ -130,7 +130,7 @@ def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_st
     assert why["w0"].reason == WAITING_FOR_RESERVATION
     assert why["half"].reason == NO_CAPACITY and "new work is kept off GPU" in why["half"].message
     assert why["w1"].reason == NO_CAPACITY
-    assert why["w1"].message.endswith("the GPUs held for its request shape, one in 8 at most, are held for "
+    assert why["w1"].message.endswith("the drain targets of its request shape, one GPU in 8 at most, go to "
                                       "longer-waiting claims of that shape")
     # the front still goes first: its target frees before the half's (limits 1000 + 100 g, the least first)
     node, g = targets["w0"][0].split("-gpu")
