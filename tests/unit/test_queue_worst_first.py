@@ -80,21 +80,23 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
     checked(q)
 
 
-def fill_with_a_quarter_free(q: ClaimQueue, ledger: Ledger) -> None:
+def two_wholes_and_a_half_waiting(front_share: int | None = None) -> tuple[ClaimQueue, Ledger]:
+    """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s."""
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4, front_share=front_share)
     for node in ("n0", "n1"):
         for g in range(4):
             run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
             run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)  # a quarter free on each GPU
-
-
-def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
-    ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4, front_share=4)  # the front's shape may hold 2 of the 8 GPUs
-    fill_with_a_quarter_free(q, ledger)
     q.arrive(claim("w0", W, at=0))
     q.arrive(claim("w1", W, at=1))
     q.arrive(claim("half", H, at=2))
     assert q.admit(5) == []
+    return q, ledger
+
+
+def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4)  # the front's shape may hold 2 of the 8 GPUs
     targets = gpus_of(q)
     assert set(targets) == {"w0", "w1", "half"} and strategy(q).front() == "w0"
     on_targets = {u for gpus in targets.values() for u in gpus}
@@ -117,13 +119,7 @@ def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_
 
 
 def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_still_steer() -> None:
-    ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4)  # FRONT_SHARE 8: the front's shape holds 1 of the 8 GPUs
-    fill_with_a_quarter_free(q, ledger)
-    q.arrive(claim("w0", W, at=0))
-    q.arrive(claim("w1", W, at=1))
-    q.arrive(claim("half", H, at=2))
-    assert q.admit(5) == []
+    q, ledger = two_wholes_and_a_half_waiting()  # FRONT_SHARE 8: the front's shape holds 1 of the 8 GPUs
     targets = gpus_of(q)
     assert set(targets) == {"w0", "half"} and strategy(q).front() == "w0"  # w1 is past the front's share
     why = by_claim(q, 5)
