@@ -40,7 +40,7 @@ class MemberOf:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise QueueError("a pod group needs a non-empty name")
-        if not isinstance(self.size, int) or isinstance(self.size, bool) or self.size < 1:
+        if not whole(self.size) or self.size < 1:
             raise QueueError(f"pod group {self.name}: size must be a whole number >= 1, got {self.size!r}")
 
 
@@ -76,7 +76,7 @@ class WaitingClaim:
             raise QueueError(f"claim {self.claim}: request must be a packing.products.Request")
         if not finite(self.arrived_at):
             raise QueueError(f"claim {self.claim}: arrived_at must be a finite number, got {self.arrived_at!r}")
-        if not isinstance(self.priority, int) or isinstance(self.priority, bool):
+        if not whole(self.priority):
             raise QueueError(f"claim {self.claim}: priority must be an integer, got {self.priority!r}")
         if self.time_limit is not None and not (finite(self.time_limit) and self.time_limit > 0):
             raise QueueError(f"claim {self.claim}: time_limit must be a positive number of seconds or None")
@@ -103,6 +103,11 @@ class Admission:
 def real(value: object) -> TypeGuard[float]:
     """Is ``value`` a real (not bool) number, infinities included, NaN not?"""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def whole(value: object) -> TypeGuard[int]:
+    """Is ``value`` an integer (not bool)?"""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def finite(value: object) -> bool:

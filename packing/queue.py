@@ -51,6 +51,7 @@ from packing.claims import (
 )
 from packing.claims import finite as _finite
 from packing.claims import real as _real
+from packing.claims import whole as _whole
 from packing.drain import could_hold
 from packing.entitlements import Entitlement, Usage
 from packing.estimate import estimated_start
@@ -124,18 +125,15 @@ class ClaimQueue:
                 raise QueueError(f"age limit for {product} must be a finite number of seconds >= 0, got {limit!r}")
         if reservation_ttl is not None and not (_finite(reservation_ttl) and reservation_ttl > 0):
             raise QueueError(f"reservation_ttl must be a positive number of seconds or None, got {reservation_ttl!r}")
-        if max_drain_targets is not None and (not isinstance(max_drain_targets, int)
-                                              or isinstance(max_drain_targets, bool) or max_drain_targets < 1):
+        if max_drain_targets is not None and not (_whole(max_drain_targets) and max_drain_targets >= 1):
             raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
         if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
             raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
         if hold_clock is not None and not (_real(hold_clock) and hold_clock >= 0):
             raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, got {hold_clock!r}")
-        if hold_share is not None and (not isinstance(hold_share, int) or isinstance(hold_share, bool)
-                                       or hold_share < 1):
+        if hold_share is not None and not (_whole(hold_share) and hold_share >= 1):
             raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
-        if front_share is not None and (not isinstance(front_share, int) or isinstance(front_share, bool)
-                                        or front_share < 1):
+        if front_share is not None and not (_whole(front_share) and front_share >= 1):
             raise QueueError(f"front_share must be a whole number >= 1 or None, got {front_share!r}")
         if hold_within is not None and not (_real(hold_within) and hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
@@ -267,7 +265,7 @@ class ClaimQueue:
 
     def set_priority(self, claim: str, priority: int) -> None:
         """Change a claim's priority; a waiting claim moves in line (keeping its arrival)."""
-        if not isinstance(priority, int) or isinstance(priority, bool):
+        if not _whole(priority):
             raise QueueError(f"priority must be an integer, got {priority!r}")
         if self._groups.set_priority(claim, priority):
             return
