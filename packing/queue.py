@@ -115,6 +115,7 @@ class ClaimQueue:
         hold_share: int | None = None,
         hold_within: float | None = None,
         front_share: int | None = None,
+        hold_idle: float | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -138,6 +139,9 @@ class ClaimQueue:
         if hold_within is not None and not (_real(hold_within) and hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
                              f"got {hold_within!r}")
+        if hold_idle is not None and not (_real(hold_idle) and hold_idle > 0):
+            raise QueueError(f"hold_idle must be a ratio > 0 (inf: no limit by the hold clock) or None, "
+                             f"got {hold_idle!r}")
         for kind, ahead in (head_starts or {}).items():
             if not (_finite(ahead) and abs(ahead) <= MAX_HEAD_START):
                 raise QueueError(f"head start for {kind} must be a number of seconds within +-{MAX_HEAD_START:.0f}, "
@@ -149,7 +153,7 @@ class ClaimQueue:
         self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
         self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share,
-                                                hold_within, front_share)
+                                                hold_within, front_share, hold_idle)
         self._seq = 0
         self._order = WaitingOrder(head_starts)
         self._book = RunningBook()

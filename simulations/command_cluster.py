@@ -178,7 +178,7 @@ def _engine(args: argparse.Namespace, policy: str, admission: Any, catalog: Cata
                         max_drain_targets=admission.max_drain_targets, drain_horizon_s=admission.drain_horizon_s,
                           head_starts=admission.head_starts, hold_clock_s=admission.hold_clock_s,
                           hold_share=admission.hold_share, hold_within=admission.hold_within,
-                          front_share=admission.front_share,
+                          front_share=admission.front_share, hold_idle=admission.hold_idle,
                         reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
                         declare_limits=args.declare_limits, record_placements=bool(getattr(args, "placements", None)),
                         entitlements=entitlements, prior=catalog_prior(catalog),  # the extender's cold start

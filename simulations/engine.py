@@ -59,6 +59,7 @@ class EngineConfig:
     hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
     hold_within: float | None = None  # worst-first's within=R (inf: a multi-card front holds at once); None: 1
     front_share: int | None = None  # worst-first's front=N: the front's shape holds one GPU in N at most; None: 8
+    hold_idle: float | None = None  # worst-first's idle=K (inf: no limit by the hold clock); None: 2
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -228,7 +229,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
                        max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s,
                        head_starts=dict(config.head_starts), hold_clock=config.hold_clock_s,
                        hold_share=config.hold_share, hold_within=config.hold_within,
-                       front_share=config.front_share)
+                       front_share=config.front_share, hold_idle=config.hold_idle)
     for namespace, entitlement in config.entitlements:
         queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()

@@ -418,7 +418,8 @@ class AdmissionChoice:
     ``within`` and ``front`` (worst-first's multi-card hold-clock ceiling, ``never`` for no multi-card holds,
     its one-GPU-in-N cap on targets, R: a front of several cards holds its targets only once one likely
     frees within R x its wait, 1 by default, ``off`` to hold at once; and its one-GPU-in-N cap on the
-    targets the front's shape holds, 8 by default) and, for every
+    targets the front's shape holds, 8 by default; ``idle`` K: a front of several cards holds only once
+    one likely frees within K x its hold clock as well, 2 by default, ``off`` for no such limit) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
     whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
 
@@ -433,11 +434,13 @@ class AdmissionChoice:
     hold_share: int | None = None  # worst-first's; None: its default
     hold_within: float | None = None  # worst-first's within=R (off: inf, a front holds at once); None: its default
     front_share: int | None = None  # worst-first's front=N; None: its default
+    hold_idle: float | None = None  # worst-first's idle=K (off: inf, no limit by the hold clock); None: its default
 
 
 # a product's own age limit: AGING
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
-            "share": (WORST_FIRST,), "within": (WORST_FIRST,), "front": (WORST_FIRST,)}
+            "share": (WORST_FIRST,), "within": (WORST_FIRST,), "front": (WORST_FIRST,),
+            "idle": (WORST_FIRST,)}
 AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
@@ -457,6 +460,7 @@ def parse_admission(text: str) -> AdmissionChoice:
     share: int | None = None
     within: float | None = None
     front: int | None = None
+    idle: float | None = None
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -469,7 +473,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front") else
+            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front", "idle") else
                      "does not age claims" if name not in AGING else "has no horizon")
             raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
                              f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
@@ -486,6 +490,8 @@ def parse_admission(text: str) -> AdmissionChoice:
                 front = positive_int(value)
             elif key == "within":
                 within = math.inf if value.strip() == "off" else positive_number(value)
+            elif key == "idle":
+                idle = math.inf if value.strip() == "off" else positive_number(value)
             elif key == "T":
                 default = parse_duration(value)
             else:
@@ -497,7 +503,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             raise UsageError(f"--admission {text}: head start {AHEAD}{kind} must be within "
                              f"+-{MAX_HEAD_START / 3600:.0f}h, got {seconds / 3600:g}h")
     return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon, tuple(ahead.items()),
-                           clock, share, within, front)
+                           clock, share, within, front, idle)
 
 
 def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:

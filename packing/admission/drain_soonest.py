@@ -88,6 +88,10 @@ class Holding(Protocol):
         """Where targets steer: the front's targets are held only once one likely (``FRONT_CHANCE``) frees
         within this many seconds (at least the strategy's horizon); None: held at once."""
 
+    def front_sure(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        """With a horizon: the front's targets are also held once the declared ends alone free one within
+        this many seconds (the bounds count on it)."""
+
 
 def past_front_share(heads: int, r: Request, gpus: int, holding: Holding) -> bool:
     """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past one GPU in
@@ -106,6 +110,9 @@ class _Strict:
         return True
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        return None
+
+    def front_sure(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
         return None
 
 
@@ -465,12 +472,19 @@ class _Step:
         key = (len(self.out), self.holds.lifted, len(self.pools.get(shape, ())))
         if self._pending is not None and self._pending[0] == key:
             return self._pending[1]
-        within = self.s.holding.front_horizon(self.view, heads[0])
+        holding = self.s.holding
+        within = holding.front_horizon(self.view, heads[0])
         if within is not None:
             horizon = max(self.s.horizon, within)
-            likely = any(self._rescored(shape, p.target, horizon).chance >= FRONT_CHANCE
-                         for p in self.pools.get(shape, ()))
-            within = None if likely else horizon
+            sure = holding.front_sure(self.view, heads[0])
+            by = self.view.now + (horizon if sure is None else max(horizon, sure))
+            ready = False
+            for p in self.pools.get(shape, ()):
+                t = self._rescored(shape, p.target, horizon)
+                if t.chance >= FRONT_CHANCE or (t.drains_by is not None and t.drains_by <= by):
+                    ready = True
+                    break
+            within = None if ready else horizon
         self._pending = (key, within)
         return within
 

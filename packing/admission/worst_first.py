@@ -22,9 +22,14 @@ Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal i
    that shape, drain-soonest's pool -- are held: nothing starts there unless its declared limit ends
    before they free (backfill, as drain-soonest). The targets of every other shape **steer**: new work
    goes onto them only when it fits nowhere else, so they drain while nothing is idled. A front of
-   several cards is held only once one of its targets likely (1/2) frees within ``HOLD_WITHIN`` (1) x
-   its wait, at least 30 min; until then its targets steer too, so the cards a hold idles stay idle
-   about as long as the claim has already waited, not for the two days a long job may still run.
+   several cards is held only once one of its targets likely (1/2) frees within
+
+       W = max(30 min, min(HOLD_WITHIN x its wait, HOLD_IDLE x H))
+
+   (R = 1, K = 2), or its claims' declared ends alone free it within R x its wait; until then its
+   targets steer too, so the cards a hold idles stay idle about as long as the claim has already
+   waited and at most about twice as long as the other products' tail, not for the two days a long
+   job may still run.
    The held targets take at most one GPU in ``FRONT_SHARE`` (8; the front's own always): the other
    claims of the front's shape wait in line, and the room is left to the shapes that steer.
 
@@ -36,8 +41,10 @@ enforced limit of at most L: a satisfiable claim c needing a GPU starts by
     arrival_c + D_c + (A_c + 1) * L,   D_c = 0 if no claim of several cards waits ahead of it,
                                         else max(MAX_CLOCK, L / HOLD_WITHIN),
 
-A_c being the claims ahead of c in queue order still waiting at arrival_c + D_c. Without declared
-limits the same holds with L the longest runtime: no product starves.
+A_c being the claims ahead of c in queue order still waiting at arrival_c + D_c (a front of several
+cards that has waited L / R is held by its declared ends, whatever K). Without declared limits no bound
+is proven: a multi-card front holds once a target likely frees within W, an estimate from the
+runtimes recorded (``packing.estimate``); protocol B measures the longest wait instead.
 
 Cost: drain-soonest's step (best effort's walk, one pass over the class heads, a GPU scan per new
 target), plus per claim that fits only on steering targets one lift and hold of their GPUs; the
@@ -70,6 +77,10 @@ TAIL = 0.99  # the other products' tail a multi-card claim must pass: their p99
 # a multi-card front is held once a target likely frees within this many times its wait (protocol B, 30 seeds:
 # multigpu50's quarters, halves, wholes waited 101-128 min less, its 8-card jobs the same; the built-in mix alike)
 HOLD_WITHIN = 1.0
+# and likely within at most this many times its hold clock H, the others' tail: idled longer, they pay for it
+# (protocol B, 30 seeds: multigpu50 at 0.95 quarters to whole cards waited 350-405 min less, none sacrificed
+# where three were; the built-in mix at 0.85 kept its 4-card cut, 0.78 x best effort, where K = 1.5 gave 0.81)
+HOLD_IDLE = 2.0
 # the front's shape holds at most one GPU in this many (protocol B, 30 seeds: none sacrificed on gpushare100 at
 # 0.95, the built-in mix at 0.85 and multigpu50 at 0.7, where one in four -- all the targets' cap -- sacrificed one)
 FRONT_SHARE = 8
@@ -82,8 +93,10 @@ class HoldClock:
     Single-GPU claims may at once.
 
     ``hold_within`` R (``HOLD_WITHIN``; the simulator's ``within=R``): a front of several cards holds its
-    targets only once one likely frees within R x the time it has waited (``front_horizon``); until then
-    they steer. Infinite (``within=off``): it holds at once.
+    targets only once one likely frees within R x the time it has waited (``front_horizon``) and within
+    ``hold_idle`` K x its clock H (``HOLD_IDLE``; the simulator's ``idle=K``, ``idle=off``: no such limit),
+    or its declared ends alone free it within R x that wait (``front_sure``); until then they steer.
+    Infinite R (``within=off``): it holds at once.
 
     ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
     GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before)."""
@@ -91,10 +104,11 @@ class HoldClock:
     strict = False  # only the targets of the front's shape are held; the others steer
 
     def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK, hold_within: float = HOLD_WITHIN,
-                 front_share: int = FRONT_SHARE) -> None:
+                 front_share: int = FRONT_SHARE, hold_idle: float = HOLD_IDLE) -> None:
         self.tail = tail
         self.max_clock = max_clock
         self.hold_within = hold_within
+        self.hold_idle = hold_idle
         self.front_share: int | None = front_share
         self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
 
@@ -104,8 +118,16 @@ class HoldClock:
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
-        """How soon the front's target must likely free before it is held: R x its wait (claims of several
-        cards); None: held at once."""
+        """How soon the front's target must likely free before it is held: R x its wait, at most K x its clock
+        H (claims of several cards); None: held at once."""
+        sure = self.front_sure(view, claim)
+        if sure is None or math.isinf(self.hold_idle):
+            return sure
+        return min(sure, self.hold_idle * self.clock(view.book.waits, kind_of(claim.request), view.now))
+
+    def front_sure(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
+        """Within how long declared ends alone must free the front's target for it to be held: R x its wait
+        (claims of several cards; the bound counts on it); None: held at once."""
         if math.isinf(self.hold_within) or claim.request.count <= 1:
             return None
         return self.hold_within * (view.now - claim.arrived_at)
@@ -132,8 +154,8 @@ class WorstFirst:
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
                  max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE, hold_within: float = HOLD_WITHIN,
-                 front_share: int = FRONT_SHARE) -> None:
-        self.clock = HoldClock(tail, max_clock, hold_within, front_share)
+                 front_share: int = FRONT_SHARE, hold_idle: float = HOLD_IDLE) -> None:
+        self.clock = HoldClock(tail, max_clock, hold_within, front_share, hold_idle)
         self.drain = DrainSoonest(max_heads, horizon, self.clock, hold_share, _Words())
 
     @property

@@ -360,6 +360,9 @@ def test_waiting_claim_takes_arrival_and_priority_by_keyword_only() -> None:
         ({"admission": WORST_FIRST, "front_share": 0}, "front_share must be a whole number >= 1"),
         ({"admission": WORST_FIRST, "front_share": True}, "front_share must be a whole number >= 1"),
         ({"admission": DRAIN_SOONEST, "front_share": 8}, "worst-first's settings, not drain-soonest's"),
+        ({"admission": WORST_FIRST, "hold_idle": 0.0}, "hold_idle must be a ratio > 0"),
+        ({"admission": WORST_FIRST, "hold_idle": float("nan")}, "hold_idle must be a ratio > 0"),
+        ({"admission": DRAIN_SOONEST, "hold_idle": 2.0}, "worst-first's settings, not drain-soonest's"),
     ],
 )
 def test_queue_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:

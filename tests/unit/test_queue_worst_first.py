@@ -10,7 +10,7 @@ import pytest
 
 from packing.admission import WorstFirst
 from packing.admission.holds import is_hold
-from packing.admission.worst_first import FRONT_SHARE, HOLD_WITHIN, MAX_CLOCK, HoldClock
+from packing.admission.worst_first import FRONT_SHARE, HOLD_IDLE, HOLD_WITHIN, MAX_CLOCK, HoldClock
 from packing.ledger import Ledger
 from packing.queue import (
     BLOCKED_BY_HEAD_OF_LINE,
@@ -56,6 +56,7 @@ def test_it_is_the_default_and_every_product_is_in_line_at_once() -> None:
         assert q.age_limit(r.product or "", r) == 0.0
     assert strategy(q).cap(ledger_with(64)) == 16 and strategy(q).cap(ledger_with(2)) == 1  # one GPU in four
     assert strategy(q).clock.front_share == FRONT_SHARE == 8  # of which the front's shape holds one in eight
+    assert strategy(q).clock.hold_idle == HOLD_IDLE == 2.0  # a multi-card hold idles about 2 x H at most
 
 
 def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
@@ -229,6 +230,42 @@ def test_within_holds_a_multi_card_front_only_once_its_target_likely_frees_withi
     q.arrive(claim("h2", H, at=2600.0))
     assert q.admit(2600.0) == []  # 5000 <= 2600 + 1 x 2600: held now, h2 waits
     assert reasons(q, 2600.0) == {"pair": WAITING_FOR_RESERVATION, "h2": BLOCKED_BY_HEAD_OF_LINE}
+    no_holds_left(ledger)
+
+
+@pytest.mark.parametrize(("idle", "limit", "held_at"), [
+    (None, None, 8500.0),  # K = 2: likely only within 2 x 900 s (30 min at least), from 8200 s on
+    (math.inf, None, 6000.0),  # idle=off: likely within R x its wait, 6000 s, as before
+    (None, 10000.0, 6000.0),  # declared ends free it within R x its wait: held, whatever K x H
+])
+def test_idle_holds_a_multi_card_front_only_once_its_target_likely_frees_within_k_times_its_clock(
+        idle: float | None, limit: float | None, held_at: float) -> None:
+    """``HOLD_IDLE`` (K = 2): a pair's target, whose half has run for as long as the pair waited, likely frees
+    within R x that wait, but a hold would idle the free GPU longer than K x the pair's clock H (the quarters'
+    p99, 15 min; at least 30 min): it steers until it likely frees within that, unless declared ends free it
+    within R x the wait (the bound's case)."""
+    ledger = ledger_with(2)
+    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_idle=idle)
+    book = q.view(0.0).book
+    for i in range(100):
+        book.waits.add("v100-25", 900.0 if i < 2 else 0.0)  # quarters lately: p99 15 min, the pair's clock
+        book.history.add("v100-50", 10000.0)  # halves run 10000 s
+    run(q, ledger, "h0", H, "n0", 0, limit=limit)
+    q.arrive(claim("pair", W2, at=0.0))
+    assert q.admit(900.0) == [] and set(gpus_of(q)["pair"]) == {"n0-gpu0", "n0-gpu1"}
+    for now in (6000.0, 8500.0):
+        q.arrive(claim(f"h{now:.0f}", H, at=now))  # fits only on the pair's target, and declares no limit
+        started = [a.claim for a in q.admit(now)]
+        if now >= held_at:
+            assert started == [] and reasons(q, now) == {"pair": WAITING_FOR_RESERVATION,
+                                                           f"h{now:.0f}": BLOCKED_BY_HEAD_OF_LINE}
+            break
+        assert started == [f"h{now:.0f}"]  # the target steers: the half starts there
+        why = by_claim(q, now)["pair"]
+        assert why.reason == NO_CAPACITY and "held for it once it likely frees within 30 min" in why.message
+        q.depart(f"h{now:.0f}", now + 1.0)
+    else:
+        raise AssertionError("never held")
     no_holds_left(ledger)
 
 
