@@ -477,13 +477,9 @@ class _Step:
         if within is not None:
             horizon = max(self.s.horizon, within)
             sure = holding.front_sure(self.view, heads[0])
-            by = self.view.now + (horizon if sure is None else max(horizon, sure))
-            ready = False
-            for p in self.pools.get(shape, ()):
-                t = self._rescored(shape, p.target, horizon)
-                if t.chance >= FRONT_CHANCE or (t.drains_by is not None and t.drains_by <= by):
-                    ready = True
-                    break
+            by = self.view.now + max(horizon, sure or 0.0)  # declared ends alone free it by then: sure to hold
+            scored = (self._rescored(shape, p.target, horizon) for p in self.pools.get(shape, ()))
+            ready = any(t.chance >= FRONT_CHANCE or (t.drains_by is not None and t.drains_by <= by) for t in scored)
             within = None if ready else horizon
         self._pending = (key, within)
         return within
