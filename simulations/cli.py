@@ -164,16 +164,10 @@ def _guarded(ap: CommandParser, args: argparse.Namespace, run: Callable[[], int]
 def _config_b(args: argparse.Namespace, inputs: Inputs, policy: str, admission: AdmissionChoice,
               rounding: str) -> protocol_b.ProtocolBConfig:
     """Protocol B's settings from the flags; the built-in workload is generated at --rho, so not rescaled."""
-    age_limit = args.age_limit if admission.age_limit_s is None else admission.age_limit_s
-    engine = EngineConfig(policy=policy, admission=admission.name, model=_model(args), age_limit_s=age_limit,
-                          age_limits=admission.age_limits, max_drain_targets=admission.max_drain_targets,
-                          drain_horizon_s=admission.drain_horizon_s,
-                          head_starts=admission.head_starts, hold_clock_s=admission.hold_clock_s,
-                          hold_share=admission.hold_share, hold_within=admission.hold_within,
-                          front_share=admission.front_share, hold_idle=admission.hold_idle,
-                          reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
-                          declare_limits=args.declare_limits, prior=_prior(inputs, _catalog(args), rounding),
-                          record_placements=bool(getattr(args, "placements", None)), gang=args.gang)
+    engine = admission.configure(EngineConfig(
+        policy=policy, model=_model(args), reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
+        declare_limits=args.declare_limits, prior=_prior(inputs, _catalog(args), rounding),
+        record_placements=bool(getattr(args, "placements", None)), gang=args.gang), args.age_limit)
     return protocol_b.ProtocolBConfig(engine=engine, rounding=rounding,
                                       rho=None if inputs.kind == "builtin" else args.rho, arrivals=args.arrivals,
                                       jobs=args.jobs, sla_s=args.sla)

@@ -37,6 +37,7 @@ from simulations.from_cluster import (
     load,
 )
 from simulations.options import (
+    AdmissionChoice,
     UsageError,
     chosen_admissions,
     chosen_policies,
@@ -161,7 +162,7 @@ def _whatif(args: argparse.Namespace, add: AddCards | None) -> WhatIf:
                   horizon_s=args.horizon, future=future)
 
 
-def _engine(args: argparse.Namespace, policy: str, admission: Any, catalog: Catalog) -> EngineConfig:
+def _engine(args: argparse.Namespace, policy: str, admission: AdmissionChoice, catalog: Catalog) -> EngineConfig:
     ties = chosen_ties(args)
     if len(ties) > 1:
         raise UsageError(f"--from-cluster takes one tie rule, got {args.ties}")
@@ -172,17 +173,12 @@ def _engine(args: argparse.Namespace, policy: str, admission: Any, catalog: Cata
         except OSError as e:
             raise SnapshotError(f"{args.entitlements}: cannot read: {e.strerror}") from None
         entitlements = entitlements_from(text, args.entitlements, catalog)
-    age_limit = args.age_limit if admission.age_limit_s is None else admission.age_limit_s
-    return EngineConfig(policy=policy, admission=admission.name, model=SchedulerModel(ties[0], args.scores),
-                        age_limit_s=age_limit, age_limits=admission.age_limits,
-                        max_drain_targets=admission.max_drain_targets, drain_horizon_s=admission.drain_horizon_s,
-                          head_starts=admission.head_starts, hold_clock_s=admission.hold_clock_s,
-                          hold_share=admission.hold_share, hold_within=admission.hold_within,
-                          front_share=admission.front_share, hold_idle=admission.hold_idle,
-                        reservation_ttl_s=args.reservation_ttl, bind_delay_s=args.bind_delay,
-                        declare_limits=args.declare_limits, record_placements=bool(getattr(args, "placements", None)),
-                        entitlements=entitlements, prior=catalog_prior(catalog),  # the extender's cold start
-                        gang=bool(getattr(args, "gang", False)))
+    return admission.configure(EngineConfig(
+        policy=policy, model=SchedulerModel(ties[0], args.scores), reservation_ttl_s=args.reservation_ttl,
+        bind_delay_s=args.bind_delay, declare_limits=args.declare_limits,
+        record_placements=bool(getattr(args, "placements", None)), entitlements=entitlements,
+        prior=catalog_prior(catalog),  # the extender's cold start
+        gang=bool(getattr(args, "gang", False))), args.age_limit)
 
 
 def run_seeds(snap: Snapshot, whatif: WhatIf, catalog: Catalog, config: EngineConfig, seeds: Sequence[int],

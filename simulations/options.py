@@ -9,7 +9,7 @@ import math
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packing.argtypes import positive_int, positive_number, readable_file
@@ -27,6 +27,7 @@ from packing.queue import (
 from packing.usage import Applies, Conflict
 from simulations import metrics, protocol_b
 from simulations.cluster import DEFAULT_CARD_LABEL
+from simulations.engine import EngineConfig
 from simulations.scheduler import SCORES, TIES
 from simulations.workload import DEFAULT_RUNTIME_CAP_S, ROUNDINGS
 
@@ -436,6 +437,15 @@ class AdmissionChoice:
     hold_within: float | None = None  # worst-first's within=R (off: inf, a front holds at once); None: its default
     front_share: int | None = None  # worst-first's front=N; None: its default
     hold_idle: float | None = None  # worst-first's idle=K (off: inf, no limit by the hold clock); None: its default
+
+    def configure(self, engine: EngineConfig, age_limit_s: float | None) -> EngineConfig:
+        """``engine`` running this strategy with its settings; ``age_limit_s`` (--age-limit) where it sets no T."""
+        return replace(engine, admission=self.name,
+                       age_limit_s=age_limit_s if self.age_limit_s is None else self.age_limit_s,
+                       age_limits=self.age_limits, max_drain_targets=self.max_drain_targets,
+                       drain_horizon_s=self.drain_horizon_s, head_starts=self.head_starts,
+                       hold_clock_s=self.hold_clock_s, hold_share=self.hold_share, hold_within=self.hold_within,
+                       front_share=self.front_share, hold_idle=self.hold_idle)
 
 
 # a product's own age limit: AGING
