@@ -30,7 +30,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import replace
 from typing import Literal
 
-from packing.admission import Strategy, make_strategy
+from packing.admission import Strategy, WorstFirstSettings, make_strategy
 from packing.admission.holds import Holds
 from packing.admission.view import choose_allowed
 from packing.claims import (
@@ -50,7 +50,6 @@ from packing.claims import (
     WaitingClaim,
 )
 from packing.claims import finite as _finite
-from packing.claims import real as _real
 from packing.claims import whole as _whole
 from packing.drain import could_hold
 from packing.entitlements import Entitlement, Usage
@@ -88,7 +87,7 @@ __all__ = [  # the queue's public names, wherever they are defined (the extender
     "DEFAULT_ADMISSION", "DEFAULT_AGE_LIMIT", "DEFAULT_DRAIN_TARGETS", "DRAIN_SOONEST", "INVALID_GROUP",
     "NO_CAPACITY", "QUOTA_EXCEEDED", "REASONS", "STRICT_FIFO", "UNSATISFIABLE", "WAITING_FOR_MEMBERS",
     "WAITING_FOR_RESERVATION", "WORST_FIRST", "Admission", "ClaimQueue", "Explanation", "GroupStatus", "MemberOf",
-    "QueueError", "UnknownClaimError", "WaitingClaim",
+    "QueueError", "UnknownClaimError", "WaitingClaim", "WorstFirstSettings",
 ]
 
 
@@ -111,11 +110,7 @@ class ClaimQueue:
         max_drain_targets: int | None = None,
         drain_horizon: float | None = None,
         head_starts: Mapping[str, float] | None = None,
-        hold_clock: float | None = None,
-        hold_share: int | None = None,
-        hold_within: float | None = None,
-        front_share: int | None = None,
-        hold_idle: float | None = None,
+        worst_first: WorstFirstSettings | None = None,
     ) -> None:
         if admission not in ADMISSION_POLICIES:
             raise QueueError(f"unknown admission policy {admission!r}; choose one of {', '.join(ADMISSION_POLICIES)}")
@@ -130,18 +125,8 @@ class ClaimQueue:
             raise QueueError(f"max_drain_targets must be a whole number >= 1 or None, got {max_drain_targets!r}")
         if drain_horizon is not None and not (_finite(drain_horizon) and drain_horizon > 0):
             raise QueueError(f"drain_horizon must be a positive number of seconds or None, got {drain_horizon!r}")
-        if hold_clock is not None and not (_real(hold_clock) and hold_clock >= 0):
-            raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, got {hold_clock!r}")
-        if hold_share is not None and not (_whole(hold_share) and hold_share >= 1):
-            raise QueueError(f"hold_share must be a whole number >= 1 or None, got {hold_share!r}")
-        if front_share is not None and not (_whole(front_share) and front_share >= 1):
-            raise QueueError(f"front_share must be a whole number >= 1 or None, got {front_share!r}")
-        if hold_within is not None and not (_real(hold_within) and hold_within > 0):
-            raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
-                             f"got {hold_within!r}")
-        if hold_idle is not None and not (_real(hold_idle) and hold_idle > 0):
-            raise QueueError(f"hold_idle must be a ratio > 0 (inf: no limit by the hold clock) or None, "
-                             f"got {hold_idle!r}")
+        if worst_first is not None:
+            worst_first.check()
         for kind, ahead in (head_starts or {}).items():
             if not (_finite(ahead) and abs(ahead) <= MAX_HEAD_START):
                 raise QueueError(f"head start for {kind} must be a number of seconds within +-{MAX_HEAD_START:.0f}, "
@@ -152,8 +137,7 @@ class ClaimQueue:
         self.age_limits = limits
         self.default_age_limit = None if default_age_limit is None else float(default_age_limit)
         self.reservation_ttl = reservation_ttl
-        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, hold_clock, hold_share,
-                                                hold_within, front_share, hold_idle)
+        self.strategy: Strategy = make_strategy(admission, max_drain_targets, drain_horizon, worst_first)
         self._seq = 0
         self._order = WaitingOrder(head_starts)
         self._book = RunningBook()

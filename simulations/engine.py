@@ -29,7 +29,7 @@ from packing.entitlements import Entitlement
 from packing.ledger import Allocation
 from packing.policies import DEFAULT_POLICY
 from packing.products import Request, model_accepts
-from packing.queue import DEFAULT_ADMISSION, Admission, ClaimQueue, MemberOf, WaitingClaim
+from packing.queue import DEFAULT_ADMISSION, Admission, ClaimQueue, MemberOf, WaitingClaim, WorstFirstSettings
 from simulations.cluster import TrackedLedger
 from simulations.scheduler import ModelledPolicy, Scheduler, SchedulerModel, run_policy
 from simulations.traces import Job
@@ -55,11 +55,7 @@ class EngineConfig:
     max_drain_targets: int | None = None  # None: the admission strategy's default
     drain_horizon_s: float | None = None  # drain-soonest's horizon; None: its default
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in queue order): a what-if
-    hold_clock_s: float | None = None  # worst-first's multi-card hold-clock ceiling; None: its default
-    hold_share: int | None = None  # worst-first's one-GPU-in-N cap on targets; None: its default
-    hold_within: float | None = None  # worst-first's within=R (inf: a multi-card front holds at once); None: 1
-    front_share: int | None = None  # worst-first's front=N: the front's shape holds one GPU in N at most; None: 8
-    hold_idle: float | None = None  # worst-first's idle=K (inf: no limit by the hold clock); None: 2
+    worst_first: WorstFirstSettings | None = None  # clock, share, within, front, idle; None: worst-first's defaults
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)
@@ -227,9 +223,7 @@ def simulate(ledger: TrackedLedger, jobs: Sequence[Job], requests: Sequence[Requ
     queue = ClaimQueue(ledger, ModelledPolicy.wrap(scheduler), config.admission, age_limits=dict(config.age_limits),
                        reservation_ttl=config.reservation_ttl_s, default_age_limit=config.age_limit_s,
                        max_drain_targets=config.max_drain_targets, drain_horizon=config.drain_horizon_s,
-                       head_starts=dict(config.head_starts), hold_clock=config.hold_clock_s,
-                       hold_share=config.hold_share, hold_within=config.hold_within,
-                       front_share=config.front_share, hold_idle=config.hold_idle)
+                       head_starts=dict(config.head_starts), worst_first=config.worst_first)
     for namespace, entitlement in config.entitlements:
         queue.set_entitlement(namespace, entitlement)
     capacity = ledger.capacity_milli()

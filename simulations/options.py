@@ -23,6 +23,7 @@ from packing.queue import (
     DRAIN_SOONEST,
     MAX_HEAD_START,
     WORST_FIRST,
+    WorstFirstSettings,
 )
 from packing.usage import Applies, Conflict
 from simulations import metrics, protocol_b
@@ -423,7 +424,8 @@ class AdmissionChoice:
     targets the front's shape holds, 8 by default; ``idle`` K: a front of several cards holds only once
     one likely frees within K x its hold clock as well, 2 by default, ``off`` for no such limit) and, for every
     strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
-    whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival)."""
+    whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival). worst-first's five
+    (clock, share, within, front, idle) are one ``WorstFirstSettings``, ``worst_first``."""
 
     label: str
     name: str
@@ -432,11 +434,7 @@ class AdmissionChoice:
     max_drain_targets: int | None = None  # None: the strategy's default
     drain_horizon_s: float | None = None  # None: the strategy's default
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in line); negative: behind
-    hold_clock_s: float | None = None  # worst-first's; None: its default
-    hold_share: int | None = None  # worst-first's; None: its default
-    hold_within: float | None = None  # worst-first's within=R (off: inf, a front holds at once); None: its default
-    front_share: int | None = None  # worst-first's front=N; None: its default
-    hold_idle: float | None = None  # worst-first's idle=K (off: inf, no limit by the hold clock); None: its default
+    worst_first: WorstFirstSettings | None = None  # clock, share, within, front, idle (never, off: inf); None: defaults
 
     def configure(self, engine: EngineConfig, age_limit_s: float | None) -> EngineConfig:
         """``engine`` running this strategy with its settings; ``age_limit_s`` (--age-limit) where it sets no T."""
@@ -444,8 +442,7 @@ class AdmissionChoice:
                        age_limit_s=age_limit_s if self.age_limit_s is None else self.age_limit_s,
                        age_limits=self.age_limits, max_drain_targets=self.max_drain_targets,
                        drain_horizon_s=self.drain_horizon_s, head_starts=self.head_starts,
-                       hold_clock_s=self.hold_clock_s, hold_share=self.hold_share, hold_within=self.hold_within,
-                       front_share=self.front_share, hold_idle=self.hold_idle)
+                       worst_first=self.worst_first)
 
 
 # a product's own age limit: AGING
@@ -467,11 +464,7 @@ def parse_admission(text: str) -> AdmissionChoice:
     heads: int | None = None
     horizon: float | None = None
     ahead: dict[str, float] = {}
-    clock: float | None = None
-    share: int | None = None
-    within: float | None = None
-    front: int | None = None
-    idle: float | None = None
+    worst: WorstFirstSettings | None = None  # once a worst-first key is given: its defaults but for those given
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep or not key or not value:
@@ -494,15 +487,18 @@ def parse_admission(text: str) -> AdmissionChoice:
             elif key == "horizon":
                 horizon = parse_duration(value)
             elif key == "clock":
-                clock = math.inf if value.strip() == "never" else parse_duration(value)
+                worst = replace(worst or WorstFirstSettings(),
+                                hold_clock=math.inf if value.strip() == "never" else parse_duration(value))
             elif key == "share":
-                share = positive_int(value)
+                worst = replace(worst or WorstFirstSettings(), hold_share=positive_int(value))
             elif key == "front":
-                front = positive_int(value)
+                worst = replace(worst or WorstFirstSettings(), front_share=positive_int(value))
             elif key == "within":
-                within = math.inf if value.strip() == "off" else positive_number(value)
+                worst = replace(worst or WorstFirstSettings(),
+                                hold_within=math.inf if value.strip() == "off" else positive_number(value))
             elif key == "idle":
-                idle = math.inf if value.strip() == "off" else positive_number(value)
+                worst = replace(worst or WorstFirstSettings(),
+                                hold_idle=math.inf if value.strip() == "off" else positive_number(value))
             elif key == "T":
                 default = parse_duration(value)
             else:
@@ -514,7 +510,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             raise UsageError(f"--admission {text}: head start {AHEAD}{kind} must be within "
                              f"+-{MAX_HEAD_START / 3600:.0f}h, got {seconds / 3600:g}h")
     return AdmissionChoice(text.strip(), name, tuple(limits.items()), default, heads, horizon, tuple(ahead.items()),
-                           clock, share, within, front, idle)
+                           worst)
 
 
 def check_admission_products(choices: Sequence[AdmissionChoice], catalog: Catalog) -> None:

@@ -54,10 +54,13 @@ clock reads a sorted window per product (O(products x log 500)), once per step.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
 from packing.admission.view import AdmissionView
-from packing.claims import WORST_FIRST, Admission, WaitingClaim
+from packing.claims import WORST_FIRST, Admission, QueueError, WaitingClaim
+from packing.claims import real as _real
+from packing.claims import whole as _whole
 from packing.drain import GpuTarget
 from packing.explain import (
     NO_CAPACITY,
@@ -86,11 +89,45 @@ HOLD_IDLE = 2.0
 FRONT_SHARE = 8
 
 
+@dataclass(frozen=True)
+class WorstFirstSettings:
+    """worst-first's five settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
+    simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:idle=..``). Not checked on
+    construction: ``check`` refuses a bad one, so the queue refuses it in its own order."""
+
+    hold_clock: float = MAX_CLOCK  # seconds: the ceiling D of the multi-card hold clock (inf: never; clock=)
+    hold_share: int = HOLD_SHARE  # the targets take at most one GPU in this many (share=)
+    hold_within: float = HOLD_WITHIN  # R: a multi-card front holds once one likely frees in R x its wait (within=)
+    front_share: int = FRONT_SHARE  # N: the front's shape holds at most one GPU in N (front=)
+    hold_idle: float = HOLD_IDLE  # K: and within K x its hold clock H (inf: no such limit; idle=)
+
+    def check(self) -> None:
+        """QueueError naming the first setting out of range, checked clock, share, front, within, idle ("or
+        None": ``worst_first=None``, the defaults)."""
+        if not (_real(self.hold_clock) and self.hold_clock >= 0):
+            raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, "
+                             f"got {self.hold_clock!r}")
+        if not (_whole(self.hold_share) and self.hold_share >= 1):
+            raise QueueError(f"hold_share must be a whole number >= 1 or None, got {self.hold_share!r}")
+        if not (_whole(self.front_share) and self.front_share >= 1):
+            raise QueueError(f"front_share must be a whole number >= 1 or None, got {self.front_share!r}")
+        if not (_real(self.hold_within) and self.hold_within > 0):
+            raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
+                             f"got {self.hold_within!r}")
+        if not (_real(self.hold_idle) and self.hold_idle > 0):
+            raise QueueError(f"hold_idle must be a ratio > 0 (inf: no limit by the hold clock) or None, "
+                             f"got {self.hold_idle!r}")
+
+
+DEFAULT_SETTINGS = WorstFirstSettings()  # what ``worst_first=None`` means
+
+
 class HoldClock:
     """When a claim of several cards may hold a target: once it has waited longer than every other
-    product's recent p99 (``TAIL``), at most ``max_clock``; never with ``max_clock`` infinite (the
-    what-if ``clock=never``: such claims are placed as best effort places them, with no bound).
-    Single-GPU claims may at once.
+    product's recent p99 (``TAIL``), at most ``max_clock`` (``settings.hold_clock``, ``MAX_CLOCK`` by
+    default); never with ``max_clock`` infinite (the what-if ``clock=never``: such claims are placed as
+    best effort places them, with no bound). Single-GPU claims may at once. ``settings``
+    (``WorstFirstSettings``; None: the defaults) also gives:
 
     ``hold_within`` R (``HOLD_WITHIN``; the simulator's ``within=R``): a front of several cards holds its
     targets only once one likely frees within R x the time it has waited (``front_horizon``) and within
@@ -103,13 +140,13 @@ class HoldClock:
 
     strict = False  # only the targets of the front's shape are held; the others steer
 
-    def __init__(self, tail: float = TAIL, max_clock: float = MAX_CLOCK, hold_within: float = HOLD_WITHIN,
-                 front_share: int = FRONT_SHARE, hold_idle: float = HOLD_IDLE) -> None:
+    def __init__(self, tail: float = TAIL, settings: WorstFirstSettings | None = None) -> None:
+        s = DEFAULT_SETTINGS if settings is None else settings
         self.tail = tail
-        self.max_clock = max_clock
-        self.hold_within = hold_within
-        self.hold_idle = hold_idle
-        self.front_share: int | None = front_share
+        self.max_clock = s.hold_clock
+        self.hold_within = s.hold_within
+        self.hold_idle = s.hold_idle
+        self.front_share: int | None = s.front_share
         self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
@@ -148,15 +185,16 @@ class HoldClock:
 
 
 class WorstFirst:
-    """The strategy object: drain-soonest's pools, targets and holds under the hold clock; the front's shape held."""
+    """The strategy object: drain-soonest's pools, targets and holds under the hold clock; the front's shape held.
+    ``settings``: its ``WorstFirstSettings`` (None: the defaults), taken as given (``ClaimQueue`` checks them)."""
 
     name = WORST_FIRST
 
     def __init__(self, max_heads: int | None = None, horizon: float = DEFAULT_HORIZON, tail: float = TAIL,
-                 max_clock: float = MAX_CLOCK, hold_share: int = HOLD_SHARE, hold_within: float = HOLD_WITHIN,
-                 front_share: int = FRONT_SHARE, hold_idle: float = HOLD_IDLE) -> None:
-        self.clock = HoldClock(tail, max_clock, hold_within, front_share, hold_idle)
-        self.drain = DrainSoonest(max_heads, horizon, self.clock, hold_share, _Words())
+                 settings: WorstFirstSettings | None = None) -> None:
+        s = DEFAULT_SETTINGS if settings is None else settings
+        self.clock = HoldClock(tail, s)
+        self.drain = DrainSoonest(max_heads, horizon, self.clock, s.hold_share, _Words())
 
     @property
     def horizon(self) -> float:

@@ -27,7 +27,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.admission.worst_first import HOLD_WITHIN, MAX_CLOCK
+from packing.admission.worst_first import HOLD_WITHIN, MAX_CLOCK, WorstFirstSettings
 from packing.products import load_catalog
 from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST, WORST_FIRST
 from simulations.cluster import build_ledger, card_model_for
@@ -41,16 +41,15 @@ PRODUCTS = ("v100-25", "v100-50", "v100-100")
 
 
 def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, float] | None, cap: int | None,
-        seed: int = 0, head_starts: dict[str, float] | None = None, hold_clock: float | None = None,
-        hold_within: float | None = None) -> Simulation:
+        seed: int = 0, head_starts: dict[str, float] | None = None,
+        worst_first: WorstFirstSettings | None = None) -> Simulation:
     """``jobs`` through the engine; ``limits`` None leaves the strategy its own aging clocks."""
     specs = [NodeSpec(f"n{i}", 64000, 262144, n, "Tesla-V100-SXM2-32GB") for i, n in enumerate(nodes)]
     ledger = build_ledger(specs, CARD, seed=seed, track_host=False)
     requests = [job_request(j, CATALOG, "slices") for j in jobs]
     config = EngineConfig(admission=admission, declare_limits=True, age_limits=tuple((limits or {}).items()),
                           age_limit_s=None if limits is None else 3600.0, max_drain_targets=cap,
-                          head_starts=tuple((head_starts or {}).items()), hold_clock_s=hold_clock,
-                          hold_within=hold_within)
+                          head_starts=tuple((head_starts or {}).items()), worst_first=worst_first)
     return simulate(ledger, jobs, requests, config, seed)
 
 
@@ -143,7 +142,7 @@ def test_without_multi_card_holds_single_gpu_claims_keep_the_bound_with_no_delay
     biggest = max(nodes)
     jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
                    for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
-    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, hold_clock=math.inf)
+    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, worst_first=WorstFirstSettings(hold_clock=math.inf))
     assert sim.still_waiting == 0
     assert worst_first_violations(sim, jobs, multi_holds=False) == []
 
@@ -177,7 +176,8 @@ def test_within_delays_the_worst_first_bound_by_at_most_l_over_r(
     biggest = max(nodes)
     jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
                    for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
-    sim = run(nodes, jobs, WORST_FIRST, None, None, seed, hold_clock=60.0, hold_within=within)
+    sim = run(nodes, jobs, WORST_FIRST, None, None, seed,
+              worst_first=WorstFirstSettings(hold_clock=60.0, hold_within=within))
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
     L = max(j.duration or 0.0 for j in jobs)
@@ -192,8 +192,9 @@ def test_within_needs_its_l_over_r_in_the_bound(within: float) -> None:
     than the 30 min horizon, within which any target likely frees.)"""
     jobs = sorted([*(Job(f"q{k}", 300.0 * k, 2400.0, 0, product="v100-25") for k in range(60)),
                    Job("pair", 2455.0, 100.0, 0, count=2, product="v100-100")], key=lambda j: j.arrival)
-    sim = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0, hold_within=within)
-    held_at_once = run([2], jobs, WORST_FIRST, None, None, hold_clock=60.0, hold_within=math.inf)
+    sim = run([2], jobs, WORST_FIRST, None, None, worst_first=WorstFirstSettings(hold_clock=60.0, hold_within=within))
+    held_at_once = run([2], jobs, WORST_FIRST, None, None,
+                       worst_first=WorstFirstSettings(hold_clock=60.0, hold_within=math.inf))
     pair = next(i for i, j in enumerate(jobs) if j.name == "pair")
     assert sim.start[pair] > held_at_once.start[pair]  # it steered a while
     assert [v for v in worst_first_violations(sim, jobs, delay=60.0) if v.startswith("pair ")]

@@ -10,7 +10,14 @@ import pytest
 
 from packing.admission import WorstFirst
 from packing.admission.holds import is_hold
-from packing.admission.worst_first import FRONT_SHARE, HOLD_IDLE, HOLD_WITHIN, MAX_CLOCK, HoldClock
+from packing.admission.worst_first import (
+    FRONT_SHARE,
+    HOLD_IDLE,
+    HOLD_WITHIN,
+    MAX_CLOCK,
+    HoldClock,
+    WorstFirstSettings,
+)
 from packing.ledger import Ledger
 from packing.queue import (
     BLOCKED_BY_HEAD_OF_LINE,
@@ -84,7 +91,8 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
 def two_wholes_and_a_half_waiting(front_share: int | None = None) -> tuple[ClaimQueue, Ledger]:
     """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s."""
     ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4, front_share=front_share)
+    q = wf_queue(ledger, max_drain_targets=4,
+                 worst_first=None if front_share is None else WorstFirstSettings(front_share=front_share))
     for node in ("n0", "n1"):
         for g in range(4):
             run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
@@ -175,7 +183,7 @@ def test_the_hold_clock_is_the_longest_recent_p99_of_the_other_products(
 
 def test_a_multi_card_claim_gets_a_target_only_past_its_hold_clock() -> None:
     ledger = ledger_with(2)
-    q = wf_queue(ledger, hold_within=math.inf)  # held at once, once a head (within=R: the test below)
+    q = wf_queue(ledger, worst_first=WorstFirstSettings(hold_within=math.inf))  # held at once, once a head (R: below)
     book = q.view(0.0).book
     for i in range(100):
         book.waits.add("v100-25", 900.0 if i < 2 else 0.0)  # quarters lately: p99 15 min
@@ -192,7 +200,7 @@ def test_a_multi_card_claim_gets_a_target_only_past_its_hold_clock() -> None:
 def test_clock_never_keeps_claims_of_several_cards_off_the_targets() -> None:
     """The what-if ``clock=never``: a pair waits as under best effort, holds nothing, and is told so."""
     ledger = ledger_with(2)
-    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_clock=math.inf)
+    q = ClaimQueue(ledger, admission=WORST_FIRST, worst_first=WorstFirstSettings(hold_clock=math.inf))
     run(q, ledger, "q", Q, "n0", 0, limit=5000.0)
     run(q, ledger, "q2", Q, "n0", 1, limit=5000.0)
     q.arrive(claim("pair", W2, at=0))
@@ -213,7 +221,8 @@ def test_within_holds_a_multi_card_front_only_once_its_target_likely_frees_withi
     while it likely frees only after R x the pair's wait, and is held once it likely frees within it. With
     ``within=off`` (inf), held at once."""
     ledger = ledger_with(2)
-    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_within=within)
+    q = ClaimQueue(ledger, admission=WORST_FIRST,
+                   worst_first=None if within is None else WorstFirstSettings(hold_within=within))
     run(q, ledger, "h0", H, "n0", 0, limit=5000.0)  # the pair's target frees by its declared end, 5000 s
     q.arrive(claim("pair", W2, at=0.0))
     assert q.admit(1.0) == [] and set(gpus_of(q)["pair"]) == {"n0-gpu0", "n0-gpu1"}
@@ -245,7 +254,8 @@ def test_idle_holds_a_multi_card_front_only_once_its_target_likely_frees_within_
     p99, 15 min; at least 30 min): it steers until it likely frees within that, unless declared ends free it
     within R x the wait (the bound's case)."""
     ledger = ledger_with(2)
-    q = ClaimQueue(ledger, admission=WORST_FIRST, hold_idle=idle)
+    q = ClaimQueue(ledger, admission=WORST_FIRST,
+                   worst_first=None if idle is None else WorstFirstSettings(hold_idle=idle))
     book = q.view(0.0).book
     for i in range(100):
         book.waits.add("v100-25", 900.0 if i < 2 else 0.0)  # quarters lately: p99 15 min, the pair's clock

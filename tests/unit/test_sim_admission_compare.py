@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from packing.products import load_catalog
+from packing.queue import WorstFirstSettings
 from simulations import fairness
 from simulations.cli import plan_main, simulate_main
 from simulations.metrics import product_order
@@ -26,13 +27,15 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert c.age_limits == (("v100-100", 0.0),) and c.label == "drain-soonest:heads=16:v100-100=0:T=4h:horizon=10m"
     assert parse_admission("best-effort-fifo").age_limits == ()
     w = parse_admission("worst-first:clock=8h:share=8:ahead.v100-25=15m:ahead.v100-50=-1h:ahead.v100-100x4=30m")
-    assert (w.hold_clock_s, w.hold_share) == (28800.0, 8)
+    assert w.worst_first == WorstFirstSettings(hold_clock=28800.0, hold_share=8)  # the others at their defaults
     assert w.head_starts == (("v100-25", 900.0), ("v100-50", -3600.0), ("v100-100x4", 1800.0))
     assert parse_admission("best-effort-fifo:ahead.v100-50=0").head_starts == (("v100-50", 0.0),)
-    assert parse_admission("worst-first:clock=never").hold_clock_s == math.inf
-    assert parse_admission("worst-first:within=0.5").hold_within == 0.5 and w.hold_within is None
-    assert parse_admission("worst-first:within=off").hold_within == math.inf
-    assert parse_admission("worst-first:front=4").front_share == 4 and w.front_share is None
+    assert parse_admission("worst-first:clock=never").worst_first == WorstFirstSettings(hold_clock=math.inf)
+    assert parse_admission("worst-first:within=0.5").worst_first == WorstFirstSettings(hold_within=0.5)
+    assert parse_admission("worst-first:within=off").worst_first == WorstFirstSettings(hold_within=math.inf)
+    assert parse_admission("worst-first:front=4").worst_first == WorstFirstSettings(front_share=4)
+    assert parse_admission("worst-first:idle=off").worst_first == WorstFirstSettings(hold_idle=math.inf)
+    assert parse_admission("worst-first").worst_first is None  # None: worst-first's defaults
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
                       ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
         with pytest.raises(UsageError, match=says):
