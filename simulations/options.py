@@ -70,6 +70,14 @@ def parse_duration(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2) or "s"]
 
 
+def positive_duration(text: str) -> float:
+    """A duration > 0 (``parse_duration``)."""
+    seconds = parse_duration(text)
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"duration must be > 0, got {text!r}")
+    return seconds
+
+
 def parse_signed_duration(text: str) -> float:
     """A duration that may be negative: -1h, 30m, -90s."""
     body = text.strip()
@@ -346,8 +354,8 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    help=f"queue admission policy, or several comma-separated (default {DEFAULT_ADMISSION}); "
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
                    "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
-                   "drain-soonest and worst-first GPUs), horizon; worst-first's clock, share, within, front "
-                   "and idle; ahead.KIND for every strategy (simulations/README.md)")
+                   "drain-soonest and worst-first GPUs), horizon; worst-first's clock, share, within, front, "
+                   "idle and spare; ahead.KIND for every strategy (simulations/README.md)")
     g.add_argument("--rho", type=parse_rhos, default=(0.85,),
                    help="target offered load (default 0.85), or several comma-separated (simulate runs each); "
                    "'none' keeps the workload's own timing")
@@ -422,10 +430,11 @@ class AdmissionChoice:
     its one-GPU-in-N cap on targets, R: a front of several cards holds its targets only once one likely
     frees within R x its wait, 1 by default, ``off`` to hold at once; and its one-GPU-in-N cap on the
     targets the front's shape holds, 8 by default; ``idle`` K: a front of several cards holds only once
-    one likely frees within K x its hold clock as well, 2 by default, ``off`` for no such limit) and, for every
-    strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or ``PRODUCTxN`` for N
-    whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival). worst-first's five
-    (clock, share, within, front, idle) are one ``WorstFirstSettings``, ``worst_first``."""
+    one likely frees within K x its hold clock as well, 2 by default, ``off`` for no such limit; ``spare``: a
+    shape of several cards holds at most the GPUs spare over about that long, 12h by default, ``off`` for no
+    such limit) and, for every strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or
+    ``PRODUCTxN`` for N whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival).
+    worst-first's six (clock, share, within, front, idle, spare) are one ``WorstFirstSettings``, ``worst_first``."""
 
     label: str
     name: str
@@ -448,7 +457,7 @@ class AdmissionChoice:
 # a product's own age limit: AGING
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
             "share": (WORST_FIRST,), "within": (WORST_FIRST,), "front": (WORST_FIRST,),
-            "idle": (WORST_FIRST,)}
+            "idle": (WORST_FIRST,), "spare": (WORST_FIRST,)}
 AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
@@ -477,7 +486,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front", "idle") else
+            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front", "idle", "spare") else
                      "does not age claims" if name not in AGING else "has no horizon")
             raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
                              f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
@@ -499,6 +508,9 @@ def parse_admission(text: str) -> AdmissionChoice:
             elif key == "idle":
                 worst = replace(worst or WorstFirstSettings(),
                                 hold_idle=math.inf if value.strip() == "off" else positive_number(value))
+            elif key == "spare":
+                worst = replace(worst or WorstFirstSettings(),
+                                spare_window=None if value.strip() == "off" else positive_duration(value))
             elif key == "T":
                 default = parse_duration(value)
             else:

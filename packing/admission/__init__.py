@@ -42,7 +42,7 @@ def make_strategy(name: str, max_drain_targets: int | None = None, drain_horizon
     multi-card hold clock, its one-GPU-in-N cap on targets, its R, its one-GPU-in-N cap on the front's
     held targets and its K), refused for any other strategy (None: the strategy's default)."""
     if worst_first is not None and name != WORST_FIRST:
-        raise QueueError(f"a hold clock, share, within, front and idle are worst-first's settings, not {name}'s")
+        raise QueueError(f"a hold clock, share, within, front, idle and spare are worst-first's settings, not {name}'s")
     if name == BEST_EFFORT_FIFO:
         return BestEffortFifo()
     if name == STRICT_FIFO:

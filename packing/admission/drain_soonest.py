@@ -79,10 +79,12 @@ class Holding(Protocol):
     (``packing.admission.worst_first``) run on this module's pools, targets and holds."""
 
     strict: bool  # every head's targets are held; False: only the front's shape's, the others steer (below)
-    front_share: int | None  # where targets steer: the front's shape holds at most one GPU in this many; None: no cap
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         """May this starving claim, which fits nowhere off the targets, hold a target now?"""
+
+    def front_cap(self, view: AdmissionView, r: Request) -> int | None:
+        """Where targets steer: the most GPUs the front's shape ``r`` holds (its first head's always); None: no cap."""
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
         """Where targets steer: the front's targets are held only once one likely (``FRONT_CHANCE``) frees
@@ -93,21 +95,22 @@ class Holding(Protocol):
         this many seconds (the bounds count on it)."""
 
 
-def past_front_share(heads: int, r: Request, gpus: int, holding: Holding) -> bool:
-    """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past one GPU in
-    ``holding.front_share`` (at least one GPU: the front's own always holds)?"""
-    share = holding.front_share
-    return share is not None and (heads + 1) * r.count > max(1, gpus // share)
+def past_front_share(heads: int, r: Request, cap: int | None) -> bool:
+    """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past ``cap`` GPUs
+    (``Holding.front_cap``; None: no cap)? The front's own always holds: the caller never asks for it."""
+    return cap is not None and (heads + 1) * r.count > max(1, cap)
 
 
 class _Strict:
     """drain-soonest's own rule: every starving claim may be a head, and every target is held."""
 
     strict = True
-    front_share: int | None = None  # every head's targets are held: no front
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         return True
+
+    def front_cap(self, view: AdmissionView, r: Request) -> int | None:
+        return None  # every head's targets are held: no front
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
         return None
@@ -166,12 +169,12 @@ class DrainSoonest:
 
     def front_full(self, view: AdmissionView) -> Request | None:
         """After the last step, while its front waits: the front's shape when the targets of its waiting heads
-        hold their share (``Holding.front_share``), so that no further claim of it gets one; else None."""
+        hold their share (``Holding.front_cap``), so that no further claim of it gets one; else None."""
         r, front = self._front, self.front()
         if r is None or front is None or front not in view.order:
             return None
         heads = sum(1 for c, h in self._heads.items() if h.claim.request == r and c in view.order)
-        return r if past_front_share(heads, r, len(view.ledger.gpus), self.holding) else None
+        return r if past_front_share(heads, r, self.holding.front_cap(view, r)) else None
 
     def front_pending(self) -> float | None:
         """After the last step: the front's horizon while its targets steer (``Holding.front_horizon``), else None."""
@@ -346,7 +349,7 @@ class _Step:
                 continue  # the first head always holds its target; the others only within the cap
             if not self.s.holding.may_head(v, w):
                 continue  # not yet (its shape's later claims waited less)
-            if r == self.front and past_front_share(len(self.heads[r]), r, len(self.ledger.gpus), self.s.holding):
+            if r == self.front and past_front_share(len(self.heads[r]), r, self.s.holding.front_cap(v, r)):
                 continue  # the front's shape already holds its share; the front itself always holds
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)

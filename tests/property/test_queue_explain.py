@@ -165,6 +165,7 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     pending: float | None = None  # worst-first: the horizon while the front's targets steer too
     capped: Request | None = None  # worst-first: the front's shape once it holds its share
     share: int | None = None
+    spare_cap: int | None = None  # worst-first: the front's shape of several cards, capped below its share by spare
     if isinstance(guard, WorstFirst):  # only the front's targets are held; the others steer
         front = guard.front()
         front_kind = q.claim(front).request if front is not None and q.state(front) == "waiting" else None
@@ -174,10 +175,15 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                                    and not math.isinf(guard.clock.hold_within))
         held_heads = {c: t for c, t in drain_heads.items() if q.claim(c).request == front_kind and pending is None}
         # the front's shape at its share (one GPU in front_share, the front's own at least): no more targets for it
+        # and, for several cards, no more than the GPUs spare lately (the meter's mean, floored)
         share = guard.clock.front_share
+        cap = len(q.ledger.gpus) // share
+        spare = guard.clock.spare_lately(now) if front_kind is not None and front_kind.count > 1 else None
+        if spare is not None and math.floor(spare) < cap:
+            cap = spare_cap = math.floor(spare)
         of_front = sum(1 for c in drain_heads if q.claim(c).request == front_kind)
-        capped = front_kind if (front_kind is not None and share is not None
-                                and (of_front + 1) * front_kind.count > max(1, len(q.ledger.gpus) // share)) else None
+        capped = front_kind if (front_kind is not None
+                                and (of_front + 1) * front_kind.count > max(1, cap)) else None
     else:
         held_heads = drain_heads
     drain_held = {u for t in held_heads.values() for u in t.gpus}
@@ -258,8 +264,8 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                     if r.count > 1:
                         h = guard.clock.clock(book.waits, kind_of(r), now)
                         clock = h if now - w.arrived_at < h else None
-                    at_share = share if r == capped else None
-                    message = f"{message}; {untargeted_message(len(guard.gpu_targets()), clock, at_share)}"
+                    at_share, at_spare = (share, spare_cap) if r == capped else (None, None)
+                    message = f"{message}; {untargeted_message(len(guard.gpu_targets()), clock, at_share, at_spare)}"
         per_product[product] = per_product.get(product, 0) + 1
         waited = max(0.0, now - w.arrived_at)
         lately = book.waits.lately(kind_of(r))

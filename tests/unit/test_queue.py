@@ -379,6 +379,12 @@ def test_waiting_claim_takes_arrival_and_priority_by_keyword_only() -> None:
          "hold_idle must be a ratio > 0"),
         ({"admission": DRAIN_SOONEST, "worst_first": WorstFirstSettings(hold_idle=2.0)},
          "worst-first's settings, not drain-soonest's"),
+        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(spare_window=0.0)},
+         "spare_window must be a finite number of seconds > 0"),
+        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(spare_window=float("inf"))},
+         "spare_window must be a finite number of seconds > 0"),
+        ({"admission": DRAIN_SOONEST, "worst_first": WorstFirstSettings(spare_window=None)},
+         "worst-first's settings, not drain-soonest's"),
     ],
 )
 def test_queue_configuration_is_validated(kwargs: dict[str, object], message: str) -> None:

@@ -15,6 +15,7 @@ from packing.admission.worst_first import (
     HOLD_IDLE,
     HOLD_WITHIN,
     MAX_CLOCK,
+    SPARE_WINDOW,
     HoldClock,
     WorstFirstSettings,
 )
@@ -143,6 +144,40 @@ def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_st
     q.depart(f"{node}-{g}b", 2000)
     assert [(a.claim, a.allocation.gpus) for a in q.admit(2000)] == [("w0", targets["w0"])]
     assert "w1" in gpus_of(q)  # the share is free again: the next of the front's shape holds
+    no_holds_left(ledger)
+    checked(q)
+
+
+@pytest.mark.parametrize("spare", [SPARE_WINDOW, None])
+def test_a_multi_card_fronts_shape_holds_at_most_the_gpus_spare_lately(spare: float | None) -> None:
+    """``SPARE_WINDOW``: on 8 GPUs with a quarter free on each (2 GPUs spare), two pairs wait; ``front=2`` lets
+    their shape hold 4 GPUs, two targets. From the second step on (the first observes the spare capacity) it
+    holds 2, the front's own target only, and the second pair is told why; with ``spare=off`` (None) both hold."""
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2, spare_window=spare))
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q, ledger, f"{node}-{g}a", H, node, g)
+            run(q, ledger, f"{node}-{g}b", Q, node, g)
+    q.arrive(claim("p0", W2, at=0.0))
+    q.arrive(claim("p1", W2, at=1.0))
+    assert q.admit(5.0) == [] and set(gpus_of(q)) == {"p0", "p1"}  # nothing observed yet: one GPU in 2 alone
+    assert strategy(q).clock.spare_lately(5.0) == (None if spare is None else 2.0)
+    assert q.admit(600.0) == []
+    if spare is None:
+        assert set(gpus_of(q)) == {"p0", "p1"}
+        return
+    assert set(gpus_of(q)) == {"p0"} and strategy(q).front() == "p0"
+    why = by_claim(q, 600.0)["p1"]
+    assert why.reason == NO_CAPACITY and why.message.endswith(
+        "the drain targets of its request shape, at most the 2 GPUs the cluster has had spare lately (one GPU in "
+        "2 at most), go to longer-waiting claims of that shape"), why.message
+    # single-GPU fronts are not capped by it: three whole cards all hold 3 GPUs with 2 spare
+    q.withdraw("p0")
+    q.withdraw("p1")
+    for i in range(3):
+        q.arrive(claim(f"w{i}", W, at=700.0 + i))
+    assert q.admit(800.0) == [] and set(gpus_of(q)) == {"w0", "w1", "w2"}
     no_holds_left(ledger)
     checked(q)
 
