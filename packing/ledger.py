@@ -198,6 +198,7 @@ class Ledger:
         self.topology = 0  # bumped when a node joins, leaves, or changes labels, taints or cordon
         self._eligible: dict[NodeConstraints | None, frozenset[str] | None] = {}  # per topology: nodes allowed
         self._closed = 0  # nodes a request without constraints may not use (cordoned or tainted)
+        self.free_gpu_milli = 0  # over every GPU in service: kept with the node index (O(1) to read)
         self._feeds: weakref.WeakSet[ChangeFeed] = weakref.WeakSet()
 
     def feed(self) -> ChangeFeed:
@@ -338,6 +339,7 @@ class Ledger:
                 whole_index = self._whole_index[model] = SortedList()
             whole_index.add((whole, free, node.order, node.name))
         self._node_index.add((free, node.order, node.name))
+        self.free_gpu_milli += free
         if self._feeds:
             self._changed(node.name)  # every change of a node's capacity re-indexes it: one place to tell
 
@@ -354,6 +356,7 @@ class Ledger:
         for model, whole in whole_by_model.items():
             self._whole_index[model].remove((whole, free, node.order, node.name))
         self._node_index.remove((free, node.order, node.name))
+        self.free_gpu_milli -= free
 
     # ---- queries used by the policies -----------------------------------------------------
 
@@ -645,6 +648,7 @@ class Ledger:
         reserved = sorted((a.expires_at, a.claim) for a in self.allocations.values() if a.expires_at is not None)
         assert reserved == list(self._expiry), "expiry index drifted"
         assert self._closed == sum(not n.facts.open for n in self.nodes.values()), "closed-node count drifted"
+        assert self.free_gpu_milli == sum(n.free_gpu_milli for n in self.nodes.values()), "free GPU total drifted"
         for n in self.nodes.values():
             assert n.facts.labels == tuple(sorted(n.labels.items())), f"{n.name}: labels drifted from its facts"
             for c, hit in n.allowed.items():

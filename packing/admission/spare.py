@@ -26,8 +26,9 @@ from packing.ledger import Ledger
 
 
 def spare_gpus(ledger: Ledger) -> float:
-    """GPUs' worth of free capacity now (free milli / 1000, summed over GPUs in service). O(GPUs)."""
-    return sum(g.free_milli for g in ledger.gpus.values() if not g.withdrawn) / 1000.0
+    """GPUs' worth of free capacity now (free milli / 1000, summed over GPUs in service). O(1): the ledger keeps
+    the total."""
+    return ledger.free_gpu_milli / 1000.0
 
 
 @dataclass(slots=True)

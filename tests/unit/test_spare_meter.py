@@ -45,6 +45,12 @@ def test_spare_gpus_sums_the_free_milli_of_gpus_in_service() -> None:
     ledger.assign("h", H, "n0", ("n0-gpu0",))
     ledger.assign("q", Q, "n1", ("n1-gpu1",))
     assert spare_gpus(ledger) == pytest.approx(4.0 - 0.5 - 0.25)
+    ledger.withdraw("n1-gpu0")  # out of service: its room is no room
+    assert spare_gpus(ledger) == pytest.approx(2.25)
+    ledger.release("h")
+    ledger.remove_node("n1")
+    assert spare_gpus(ledger) == 2.0
+    ledger.verify()
 
 
 @given(st.lists(st.tuples(st.floats(0, 1e5), st.floats(0, 64)), min_size=1, max_size=40),
