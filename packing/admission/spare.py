@@ -2,15 +2,17 @@
 
 worst-first lets the front's shape, when it needs several cards, hold at most the GPUs the cluster has
 had spare lately (``packing.admission.worst_first``): a hold idles whole cards, and idle cards cost the
-other products a wait that grows as the spare room shrinks (at ρ 0.95 a cluster has about a third of
-the room it has at 0.85). The capacity is observed after each admission step (free milli / 1000,
-summed over the GPUs) and stands until the next; the meter keeps its time mean with weights that
-fall as exp(-age / window), normalised by the weight seen so far, so that a young meter reads the
-mean since its first observation rather than leaning on it:
+other products a wait that grows as the spare room shrinks (protocol B, 64 cards: about 5 GPUs free on
+average at ρ 0.95, half the room of 0.85). The capacity is observed after each admission step (free
+milli / 1000, summed over the GPUs in service) and stands until the next; the meter keeps its time
+mean with weights that fall as exp(-age / window), normalised by the weight seen so far, so that a
+young meter reads the mean since its first observation rather than leaning on it:
 
     mean(t) = (M0 x W0 x f + last x window x (1 - f)) / (W0 x f + window x (1 - f)),   f = exp(-(t - t0) / window)
 
 with M0, W0 the mean and total weight at the last observation t0, ``last`` the capacity observed then.
+The meter lives in the strategy object, in memory: a restarted extender, or a new leader, starts it
+empty, and until its first step only the share caps the holds.
 
 Invariants (``_check``): the mean lies between the smallest and the largest capacity observed; the
 weight is at most ``window``; both are None / 0 before the first observation. ``observe`` and ``mean``
