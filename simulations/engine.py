@@ -55,7 +55,7 @@ class EngineConfig:
     max_drain_targets: int | None = None  # None: the admission strategy's default
     drain_horizon_s: float | None = None  # drain-soonest's horizon; None: its default
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in queue order): a what-if
-    worst_first: WorstFirstSettings | None = None  # clock, share, within, front, idle; None: worst-first's defaults
+    worst_first: WorstFirstSettings | None = None  # clock, share, within, front, idle, spare; None: defaults
     reservation_ttl_s: float | None = None  # None: admission commits at once (the bind never fails)
     bind_delay_s: float = 0.0  # mean admission-to-bind latency (exponential); a bind after the TTL lapses
     declare_limits: bool = False  # jobs declare their runtime as an enforced limit (enables backfill)

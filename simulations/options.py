@@ -8,9 +8,10 @@ import importlib.util
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from packing.argtypes import positive_int, positive_number, readable_file
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
@@ -443,7 +444,7 @@ class AdmissionChoice:
     max_drain_targets: int | None = None  # None: the strategy's default
     drain_horizon_s: float | None = None  # None: the strategy's default
     head_starts: tuple[tuple[str, float], ...] = ()  # (kind, seconds ahead in line); negative: behind
-    worst_first: WorstFirstSettings | None = None  # clock, share, within, front, idle (never, off: inf); None: defaults
+    worst_first: WorstFirstSettings | None = None  # WORST_FIRST_KEYS' settings; None: defaults
 
     def configure(self, engine: EngineConfig, age_limit_s: float | None) -> EngineConfig:
         """``engine`` running this strategy with its settings; ``age_limit_s`` (--age-limit) where it sets no T."""
@@ -454,10 +455,23 @@ class AdmissionChoice:
                        worst_first=self.worst_first)
 
 
+def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Callable[[str], float | None]:
+    """``read``, or ``means`` where the value is the word ``off`` (``off``, ``never``)."""
+    return lambda value: means if value.strip() == off else read(value)
+
+
+# worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
+WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "clock": ("hold_clock", _or_off(parse_duration, "never", math.inf)),
+    "share": ("hold_share", positive_int),
+    "within": ("hold_within", _or_off(positive_number, "off", math.inf)),
+    "front": ("front_share", positive_int),
+    "idle": ("hold_idle", _or_off(positive_number, "off", math.inf)),
+    "spare": ("spare_window", _or_off(positive_duration, "off", None)),
+}
 # a product's own age limit: AGING
-SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST), "clock": (WORST_FIRST,),
-            "share": (WORST_FIRST,), "within": (WORST_FIRST,), "front": (WORST_FIRST,),
-            "idle": (WORST_FIRST,), "spare": (WORST_FIRST,)}
+SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST)} | {
+    key: (WORST_FIRST,) for key in WORST_FIRST_KEYS}
 AHEAD = "ahead."  # the prefix of a head start's key, for every strategy
 
 
@@ -486,7 +500,7 @@ def parse_admission(text: str) -> AdmissionChoice:
             continue
         if name not in SETTINGS.get(key, AGING):
             what = f"setting {key!r}" if key in SETTINGS else f"an age limit ({key!r})"
-            lacks = ("has no hold clock" if key in ("clock", "share", "within", "front", "idle", "spare") else
+            lacks = ("has no hold clock" if key in WORST_FIRST_KEYS else
                      "does not age claims" if name not in AGING else "has no horizon")
             raise UsageError(f"--admission {text}: {what} does not apply to {name}, which {lacks}"
                              f"; it is for {' and '.join(SETTINGS.get(key, AGING))}")
@@ -495,22 +509,9 @@ def parse_admission(text: str) -> AdmissionChoice:
                 heads = positive_int(value)
             elif key == "horizon":
                 horizon = parse_duration(value)
-            elif key == "clock":
-                worst = replace(worst or WorstFirstSettings(),
-                                hold_clock=math.inf if value.strip() == "never" else parse_duration(value))
-            elif key == "share":
-                worst = replace(worst or WorstFirstSettings(), hold_share=positive_int(value))
-            elif key == "front":
-                worst = replace(worst or WorstFirstSettings(), front_share=positive_int(value))
-            elif key == "within":
-                worst = replace(worst or WorstFirstSettings(),
-                                hold_within=math.inf if value.strip() == "off" else positive_number(value))
-            elif key == "idle":
-                worst = replace(worst or WorstFirstSettings(),
-                                hold_idle=math.inf if value.strip() == "off" else positive_number(value))
-            elif key == "spare":
-                worst = replace(worst or WorstFirstSettings(),
-                                spare_window=None if value.strip() == "off" else positive_duration(value))
+            elif key in WORST_FIRST_KEYS:
+                field, read = WORST_FIRST_KEYS[key]
+                worst = replace(worst or WorstFirstSettings(), **{field: read(value)})
             elif key == "T":
                 default = parse_duration(value)
             else:
