@@ -10,7 +10,8 @@ one workload at one load, with each product's p99 wait taken as the mean of the 
   is noise (0.1 min against 0.1 min);
 * **no product sacrificed**: no product's p99 above ``SACRIFICE_FACTOR`` (1.25) x its own best-effort
   p99 + ``SACRIFICE_SLACK_S`` (5 min);
-* the longest wait (every seed's jobs pooled) no longer than best effort's;
+* the longest wait (every seed's jobs pooled) no longer than best effort's (one seed decides it, so the
+  verdict also keeps each seed's longest against best effort's, paired: ``per_seed_longest``, not judged);
 * utilisation within ``UTIL_POINTS`` (0.5) points of best effort's, and -- when measured -- usable
   capacity (utilisation at a saturating load) within ``USABLE_POINTS`` (1) point.
 
@@ -82,6 +83,18 @@ def worst(run: Mapping[str, Any]) -> tuple[str, float]:
 
 
 @dataclass(frozen=True)
+class PerSeedLongest:
+    """The longest wait seed by seed: the pooled figure the goal judges is the longest of every seed's, so
+    one seed decides it; the mean over seeds, paired, says whether a strategy lengthens the longest wait."""
+
+    mean_s: float  # this run's per-seed longest waits, their mean
+    reference_mean_s: float  # best effort's on the same seeds
+    diff_ci95_s: tuple[float, float]  # 95 % interval of mean(this - best effort), paired over seeds
+    longer_seeds: int  # seeds whose longest wait is longer than best effort's
+    seeds: int
+
+
+@dataclass(frozen=True)
 class Verdict:
     """One strategy's run against the reference (best effort) on the same workload, load and seeds."""
 
@@ -96,6 +109,9 @@ class Verdict:
     usable_gap: float | None  # the same at the saturating load, when measured
     reference_worst_p99_s: float = math.inf  # best effort's worst product's p99 (mean of per-seed p99)
     ratio_ci95: tuple[float, float] | None = None  # the ratio's 95 % interval, paired over seeds (None: < 2 seeds)
+    # beside the pooled longest wait (one run's extreme): each seed's longest, this run's mean, best effort's, and
+    # the 95 % interval of their difference paired over seeds (None: fewer than two seeds kept)
+    longest_per_seed: PerSeedLongest | None = None
 
     @property
     def minimax_judged(self) -> bool:
@@ -124,16 +140,36 @@ def paired_ratio_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], prod
     """The 95 % interval of ``ratio``, paired over seeds: per seed d = this run's p99 of ``product`` - the
     reference's p99 of ``ref_product`` (the same arrivals under both: seed noise cancels); t interval of
     mean(d), over the reference's mean. None with fewer than two seeds, or one missing."""
-    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed")
-    theirs = ((reference.get("per_seed_p99") or {}).get(ref_product) or {}).get("per_seed")
-    if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
+    theirs = ((reference.get("per_seed_p99") or {}).get(ref_product) or {}).get("per_seed") or []
+    d = _paired(mine, theirs)
+    if d is None:
         return None
-    d = SeedSpread(tuple(float(a) - float(b) for a, b in zip(mine, theirs, strict=True)))
     base = statistics.fmean(float(b) for b in theirs)
-    if not math.isfinite(d.half_width) or base <= 0:
+    if base <= 0:
         return None
     centre = 1.0 + d.mean / base
     return centre - d.half_width / base, centre + d.half_width / base
+
+
+def per_seed_longest(run: Mapping[str, Any], reference: Mapping[str, Any]) -> PerSeedLongest | None:
+    """Each seed's longest wait (``per_seed_max_wait_s``) against best effort's on the same seed; None with
+    fewer than two seeds, or either run missing them."""
+    mine, theirs = run.get("per_seed_max_wait_s") or [], reference.get("per_seed_max_wait_s") or []
+    d = _paired(mine, theirs)
+    if d is None:
+        return None
+    return PerSeedLongest(statistics.fmean(map(float, mine)), statistics.fmean(map(float, theirs)),
+                          (d.mean - d.half_width, d.mean + d.half_width), sum(x > 0 for x in d.values), len(d.values))
+
+
+def _paired(mine: Any, theirs: Any) -> SeedSpread | None:
+    """Per seed this run's figure minus the reference's (the same arrivals: seed noise cancels); None unless
+    both have the same two or more seeds, every difference finite."""
+    if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:
+        return None
+    d = SeedSpread(tuple(float(a) - float(b) for a, b in zip(mine, theirs, strict=True)))
+    return d if math.isfinite(d.half_width) else None
 
 
 def limit_s(reference_p99_s: float) -> float:
@@ -156,5 +192,5 @@ def verdict(run: Mapping[str, Any], reference: Mapping[str, Any], catalog: Catal
         usable = float(reference_saturated["utilisation_pct"]) - float(saturated["utilisation_pct"])
     return Verdict(product, p99, ratio, goal, sacrificed, float(run["max_wait_s"]), float(reference["max_wait_s"]),
                    float(reference["utilisation_pct"]) - float(run["utilisation_pct"]), usable, ref_p99,
-                   paired_ratio_ci95(run, reference, product, ref_product))
+                   paired_ratio_ci95(run, reference, product, ref_product), per_seed_longest(run, reference))
 

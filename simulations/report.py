@@ -326,7 +326,21 @@ def verdict_text(v: fairness.Verdict) -> str:
               if v.ratio_ci95 is not None else "")
     return (f"worst {v.worst_product} {_minutes(v.worst_p99_s)} min = {v.ratio:.2f} x best effort's worst "
             f"({paired}{goal}); max wait {_minutes(v.max_wait_s)} against "
-            f"{_minutes(v.reference_max_wait_s)}; " + ("goal met" if not missed else "missed: " + "; ".join(missed)))
+            f"{_minutes(v.reference_max_wait_s)}{_longest_text(v.longest_per_seed)}; "
+            + ("goal met" if not missed else "missed: " + "; ".join(missed)))
+
+
+def _longest_text(s: fairness.PerSeedLongest | None) -> str:
+    """The longest wait seed by seed, beside the pooled one: means and the paired interval of the difference."""
+    if s is None:
+        return ""
+    lo, hi = s.diff_ci95_s
+    return (f" (per seed {_minutes(s.mean_s)} against {_minutes(s.reference_mean_s)} on average, paired "
+            f"{_signed_minutes(lo)}..{_signed_minutes(hi)}; longer on {s.longer_seeds} of {s.seeds} seeds)")
+
+
+def _signed_minutes(seconds: float) -> str:
+    return ("+" if seconds >= 0 else "-") + _minutes(abs(seconds))
 
 
 def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, str], Mapping[str, Any]],

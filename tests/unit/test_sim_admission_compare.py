@@ -18,7 +18,7 @@ from simulations.cli import plan_main, simulate_main
 from simulations.metrics import product_order
 from simulations.options import UsageError, parse_admission, parse_rhos
 from simulations.protocol_b import SeedSpread, t975
-from simulations.report import runtime_cap_text
+from simulations.report import runtime_cap_text, verdict_text
 
 
 def test_admission_settings_parse_into_a_choice() -> None:
@@ -137,6 +137,34 @@ def test_the_ratio_has_an_interval_paired_over_seeds(mine: list[float], interval
     assert v.ratio_ci95[0] <= v.ratio <= v.ratio_ci95[1]
     assert fairness.verdict(run_figures({"v100-100": 80.0}, 1.0, 80.0), run_figures({"v100-100": 100.0}, 1.0, 80.0),
                             catalog).ratio_ci95 is None  # one seed, no per-seed figures: no interval
+
+
+def longest_of(per_seed_min: list[float]) -> dict[str, object]:
+    """A run whose seeds' longest waits are ``per_seed_min`` (minutes); the pooled longest is their largest."""
+    return {**seeds_of({"v100-100": [100.0] * len(per_seed_min)}), "max_wait_s": 60 * max(per_seed_min),
+            "per_seed_max_wait_s": [60 * v for v in per_seed_min]}
+
+
+@pytest.mark.parametrize(("mine", "mean", "interval", "longer"), [
+    # best effort's longest per seed 100, 60, 140 min (mean 100)
+    ([90.0, 40.0, 130.0], 86.67, (-27.68, 1.01), 0),  # d = -10, -20, -10: -13.33 +- 4.303 x 5.77 / sqrt 3
+    ([150.0, 40.0, 120.0], 103.33, (-97.07, 103.74), 1),  # one seed longer, so the pooled max: 150 > 140
+])
+def test_the_longest_wait_is_also_paired_seed_by_seed(mine: list[float], mean: float,
+                                                      interval: tuple[float, float], longer: int) -> None:
+    """The goal's longest wait is the pooled one (the largest of the seeds', one seed decides it); the verdict
+    keeps each seed's against best effort's beside it, not judged, and the report prints it."""
+    catalog = load_catalog()
+    reference = longest_of([100.0, 60.0, 140.0])
+    v = fairness.verdict(longest_of(mine), reference, catalog)
+    s = v.longest_per_seed
+    assert s is not None and s.seeds == 3 and s.longer_seeds == longer
+    assert s.mean_s / 60 == pytest.approx(mean, abs=0.01) and s.reference_mean_s == 6000.0
+    assert (s.diff_ci95_s[0] / 60, s.diff_ci95_s[1] / 60) == pytest.approx(interval, abs=0.01)
+    assert ("max wait" in v.failures) == (max(mine) > 140.0)
+    assert f"on average, paired -{-s.diff_ci95_s[0] / 60:.1f}.." in verdict_text(v)
+    assert fairness.verdict(longest_of([90.0]), longest_of([100.0]), catalog).longest_per_seed is None  # one seed
+    assert fairness.verdict(seeds_of({"v100-100": [1.0, 2.0]}), reference, catalog).longest_per_seed is None
 
 
 def test_the_goal_is_sharp_only_where_best_efforts_worst_needs_whole_cards() -> None:
