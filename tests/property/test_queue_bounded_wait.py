@@ -205,7 +205,7 @@ def test_the_worst_first_bound_is_met_by_waiting_claims_of_every_product() -> No
     """The bound is for every product: drawn as the property above draws them (fixed seeds), workloads in
     which quarters, halves, whole cards and claims of two cards all wait, and each of those waits is held
     to the bound -- so no product is covered only by claims that started at once."""
-    waited: set[tuple[str, int]] = set()
+    waited: set[tuple[str | None, int]] = set()
     for seed in range(12):
         rng = random.Random(seed)
         nodes = [rng.randint(2, 4) for _ in range(rng.randint(1, 2))]
