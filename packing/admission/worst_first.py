@@ -116,20 +116,20 @@ class WorstFirstSettings:
     spare_window: float | None = SPARE_WINDOW
 
     def check(self) -> None:
-        """QueueError naming the first setting out of range, checked clock, share, front, within, idle ("or
-        None": ``worst_first=None``, the defaults)."""
+        """QueueError naming the first setting out of range, checked clock, share, front, within, idle, spare
+        (``worst_first=None`` means every default; of the fields only ``spare_window`` takes None)."""
         if not (_real(self.hold_clock) and self.hold_clock >= 0):
-            raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), or None, "
+            raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), "
                              f"got {self.hold_clock!r}")
         if not (_whole(self.hold_share) and self.hold_share >= 1):
-            raise QueueError(f"hold_share must be a whole number >= 1 or None, got {self.hold_share!r}")
+            raise QueueError(f"hold_share must be a whole number >= 1, got {self.hold_share!r}")
         if not (_whole(self.front_share) and self.front_share >= 1):
-            raise QueueError(f"front_share must be a whole number >= 1 or None, got {self.front_share!r}")
+            raise QueueError(f"front_share must be a whole number >= 1, got {self.front_share!r}")
         if not (_real(self.hold_within) and self.hold_within > 0):
-            raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once) or None, "
+            raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once), "
                              f"got {self.hold_within!r}")
         if not (_real(self.hold_idle) and self.hold_idle > 0):
-            raise QueueError(f"hold_idle must be a ratio > 0 (inf: no limit by the hold clock) or None, "
+            raise QueueError(f"hold_idle must be a ratio > 0 (inf: no limit by the hold clock), "
                              f"got {self.hold_idle!r}")
         if self.spare_window is not None and not (_finite(self.spare_window) and self.spare_window > 0):
             raise QueueError(f"spare_window must be a finite number of seconds > 0, or None (no limit by the "

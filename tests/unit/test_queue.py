@@ -357,6 +357,11 @@ def test_waiting_claim_takes_arrival_and_priority_by_keyword_only() -> None:
          "hold_clock must be a number of seconds >= 0"),
         ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(hold_share=0)},
          "hold_share must be a whole number >= 1"),
+        # a field takes no None (only the whole settings do), and the message does not offer it
+        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(hold_share=None)},  # type: ignore[arg-type]
+         r"hold_share must be a whole number >= 1, got None$"),
+        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(hold_idle=None)},  # type: ignore[arg-type]
+         r"hold_idle must be a ratio > 0 \(inf: no limit by the hold clock\), got None$"),
         ({"admission": DRAIN_SOONEST, "worst_first": WorstFirstSettings(hold_share=8)},
          "worst-first's settings, not drain-soonest's"),
         ({"admission": DRAIN_SOONEST, "worst_first": WorstFirstSettings()},
