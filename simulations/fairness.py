@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,7 +163,7 @@ def per_seed_longest(run: Mapping[str, Any], reference: Mapping[str, Any]) -> Pe
                           (d.mean - d.half_width, d.mean + d.half_width), sum(x > 0 for x in d.values), len(d.values))
 
 
-def _paired(mine: Any, theirs: Any) -> SeedSpread | None:
+def _paired(mine: Sequence[Any], theirs: Sequence[Any]) -> SeedSpread | None:
     """Per seed this run's figure minus the reference's (the same arrivals: seed noise cancels); None unless
     both have the same two or more seeds, every difference finite."""
     if not mine or not theirs or len(mine) != len(theirs) or len(mine) < 2:

@@ -336,11 +336,7 @@ def _longest_text(s: fairness.PerSeedLongest | None) -> str:
         return ""
     lo, hi = s.diff_ci95_s
     return (f" (per seed {_minutes(s.mean_s)} against {_minutes(s.reference_mean_s)} on average, paired "
-            f"{_signed_minutes(lo)}..{_signed_minutes(hi)}; longer on {s.longer_seeds} of {s.seeds} seeds)")
-
-
-def _signed_minutes(seconds: float) -> str:
-    return ("+" if seconds >= 0 else "-") + _minutes(abs(seconds))
+            f"{lo / 60:+.1f}..{hi / 60:+.1f}; longer on {s.longer_seeds} of {s.seeds} seeds)")
 
 
 def fairness_summary_text(blocks: Sequence[tuple[str, str, Mapping[tuple[str, str], Mapping[str, Any]],
