@@ -345,8 +345,9 @@ def untargeted_message(targets: int, clock: float | None, front_share: int | Non
                        spare: int | None = None) -> str:
     """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
     products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
-    ``front_share`` the share of GPUs its shape, the front's, already holds for longer-waiting claims of
-    it (``spare``: fewer, the GPUs the cluster has had spare lately), else ``targets`` is how many
+    ``front_share`` the share of GPUs the claims asking for its GPUs, the front's, already hold for the
+    longer-waiting of them (``spare``: fewer, the GPUs the cluster has had spare lately; host CPU, memory and
+    node constraints aside: ``packing.admission.drain_soonest.gpu_ask``), else ``targets`` is how many
     longer-waiting claims have targets."""
     if clock is not None and math.isinf(clock):
         return "claims that need less start first where they fit; claims of several cards get no drain target here"
@@ -354,12 +355,12 @@ def untargeted_message(targets: int, clock: float | None, front_share: int | Non
         return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
                 f"{span(clock)}, longer than every other product's recent p99 wait")
     if front_share is not None and spare is not None:
-        return (f"claims that need less start first where they fit; the drain targets of its request shape, at most "
-                f"the {spare} GPUs the cluster has had spare lately (one GPU in {front_share} at most), go to "
-                f"longer-waiting claims of that shape")
+        return (f"claims that need less start first where they fit; the drain targets of claims asking for the same "
+                f"GPUs, at most the {spare} GPUs the cluster has had spare lately (one GPU in {front_share} at most), "
+                f"go to longer-waiting ones")
     if front_share is not None:
-        return (f"claims that need less start first where they fit; the drain targets of its request shape, one "
-                f"GPU in {front_share} at most, go to longer-waiting claims of that shape")
+        return (f"claims that need less start first where they fit; the drain targets of claims asking for the same "
+                f"GPUs, one GPU in {front_share} at most, go to longer-waiting ones")
     ahead = f"{targets} longer-waiting claims have them" if targets else "none is free for it"
     return f"claims that need less start first where they fit; drain targets go to the longest-waiting claims ({ahead})"
 

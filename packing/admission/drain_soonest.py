@@ -95,6 +95,16 @@ class Holding(Protocol):
         this many seconds (the bounds count on it)."""
 
 
+GpuAsk = tuple[str | None, int, int, int, str | None]  # product, milli, MiB, count, model
+
+
+def gpu_ask(r: Request) -> GpuAsk:
+    """The GPUs a request asks for, its host CPU, memory and node constraints aside: where targets steer, the
+    front's hold covers every head asking the same (pods of one product differ in those, and each
+    such difference is a request shape of its own: the front's share and spare caps would miss them)."""
+    return (r.product, r.milli, r.memory_mib, r.count, r.model)
+
+
 def past_front_share(heads: int, r: Request, cap: int | None) -> bool:
     """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past ``cap`` GPUs
     (``Holding.front_cap``; None: no cap)? The front's own always holds: the caller never asks for it."""
@@ -165,7 +175,8 @@ class DrainSoonest:
         those of its shape are the ones held. None without heads."""
         if self._front is None:
             return None
-        return next((c for c, h in self._heads.items() if h.claim.request == self._front), None)
+        ask = gpu_ask(self._front)
+        return next((c for c, h in self._heads.items() if gpu_ask(h.claim.request) == ask), None)
 
     def front_full(self, view: AdmissionView) -> Request | None:
         """After the last step, while its front waits: the front's shape when the targets of its waiting heads
@@ -173,7 +184,8 @@ class DrainSoonest:
         r, front = self._front, self.front()
         if r is None or front is None or front not in view.order:
             return None
-        heads = sum(1 for c, h in self._heads.items() if h.claim.request == r and c in view.order)
+        ask = gpu_ask(r)
+        heads = sum(1 for c, h in self._heads.items() if gpu_ask(h.claim.request) == ask and c in view.order)
         return r if past_front_share(heads, r, self.holding.front_cap(view, r)) else None
 
     def front_pending(self) -> float | None:
@@ -228,6 +240,7 @@ class _Step:
         self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
         self.guarded: set[Request] = set()  # shapes whose pool is held: from their first head on
         self.front: Request | None = None  # the shape of the step's first head: its pool is held (see _front_horizon)
+        self.front_ask: GpuAsk | None = None  # and the GPUs it asks for (gpu_ask): their targets are held with it
         self._sat: dict[Request, bool] = {}
         self.strict = strategy.holding.strict
         self._pending: tuple[tuple[int, int, int], float | None] | None = None  # memo of _front_horizon
@@ -349,8 +362,8 @@ class _Step:
                 continue  # the first head always holds its target; the others only within the cap
             if not self.s.holding.may_head(v, w):
                 continue  # not yet (its shape's later claims waited less)
-            if r == self.front and past_front_share(len(self.heads[r]), r, self.s.holding.front_cap(v, r)):
-                continue  # the front's shape already holds its share; the front itself always holds
+            if self._of_front(r) and past_front_share(self._front_heads(), r, self.s.holding.front_cap(v, r)):
+                continue  # the front's ask already holds its share; the front itself always holds
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
                 for p in self.pools.get(r, ()):
@@ -364,9 +377,21 @@ class _Step:
                 continue  # every GPU that could hold it is held for a head ahead of it
             heads.append(w)
             if self.front is None:
-                self.front = r
+                self.front, self.front_ask = r, gpu_ask(r)
             self.held_gpus += r.count
             self._offer(heap, cls, i + 1, push=True)
+
+    def _of_front(self, r: Request) -> bool:
+        """Does ``r`` ask for the GPUs the step's front asks (``gpu_ask``)? Its targets are held with the front's."""
+        return self.front_ask is not None and gpu_ask(r) == self.front_ask
+
+    def _front_heads(self) -> int:
+        """This step's heads asking for what the front asks."""
+        return sum(len(heads) for shape, heads in self.heads.items() if self._of_front(shape))
+
+    def _front_pools(self) -> list[tuple[Request, _Pooled]]:
+        """The targets of the heads asking for what the front asks, each with its shape."""
+        return [(shape, p) for shape, pool in self.pools.items() if self._of_front(shape) for p in pool]
 
     def _failed(self, r: Request) -> bool:
         """Did ``r`` fit nowhere off the holds, and has no hold been lifted since? (A lifted hold -- a target
@@ -453,7 +478,7 @@ class _Step:
             return False
         shape = self.front
         held = shape is not None and self._front_horizon() is None  # else the front's targets steer too
-        front = {u for p in self.pools.get(shape, ()) for u in p.target.gpus} if shape is not None and held else set()
+        front = {u for _, p in self._front_pools() for u in p.target.gpus} if held else set()
         soft = [u for pool in self.pools.values() for p in pool for u in p.target.gpus
                 if u in self.holds and u not in front]
         if not soft:
@@ -472,7 +497,8 @@ class _Step:
         heads = self.heads.get(shape) if shape is not None else None
         if shape is None or not heads:
             return None
-        key = (len(self.out), self.holds.lifted, len(self.pools.get(shape, ())))
+        pools = self._front_pools()
+        key = (len(self.out), self.holds.lifted, len(pools))
         if self._pending is not None and self._pending[0] == key:
             return self._pending[1]
         holding = self.s.holding
@@ -481,7 +507,7 @@ class _Step:
             horizon = max(self.s.horizon, within)
             sure = holding.front_sure(self.view, heads[0])
             by = self.view.now + max(horizon, sure or 0.0)  # declared ends alone free it by then: sure to hold
-            scored = (self._rescored(shape, p.target, horizon) for p in self.pools.get(shape, ()))
+            scored = (self._rescored(r, p.target, horizon) for r, p in pools)
             ready = any(t.chance >= FRONT_CHANCE or (t.drains_by is not None and t.drains_by <= by) for t in scored)
             within = None if ready else horizon
         self._pending = (key, within)
@@ -587,9 +613,9 @@ class _DrainLens:
                       for c, h in heads.items()}
         strict = strategy.holding.strict
         self.pending = strategy._front_pending  # the front steers until a target likely frees within this
+        self.front = gpu_ask(strategy._front) if strategy._front is not None else None
         self.held_by = {c: h for c, h in self.heads.items()
-                        if strict or (h.claim.request == strategy._front and self.pending is None)}
-        self.front = strategy._front
+                        if strict or (self.pending is None and self._of_front(h.claim.request))}
         self.held = {u for h in self.held_by.values() for u in h.target.gpus}
         self._outside: dict[Request, bool] = {}
 
@@ -607,7 +633,7 @@ class _DrainLens:
                 need = message if not fit else "fits only on GPUs held for claims ahead of it"
                 text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
                 return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
-            if not fit and self.pending is not None and w.request == self.front:  # the front, not held yet
+            if not fit and self.pending is not None and self._of_front(w.request):  # what the front asks, not held yet
                 return NO_CAPACITY, f"{message}; {front_pending_message(w, self.where(t), v.now, self.pending)}", None
             if not fit:  # it steers: nothing is reserved for it
                 return NO_CAPACITY, f"{message}; {self.words.steered(w, self.where(t), v.now)}", None
@@ -621,6 +647,9 @@ class _DrainLens:
         t = first.target
         text = self.words.blocked(first.claim, self.where(t), v.now, t.drains_by, v.limit_of(first.claim))
         return BLOCKED_BY_HEAD_OF_LINE, text, None
+
+    def _of_front(self, r: Request) -> bool:
+        return self.front is not None and gpu_ask(r) == self.front
 
     def _fits_outside(self, r: Request) -> bool:
         """Does ``r`` fit now on GPUs no head holds, on a node its pod may use?"""

@@ -1,5 +1,5 @@
 """``worst-first`` (the default): the claims that have waited longest, whatever their product, are served
-first; capacity is held for the longest-waiting one and those of its request shape, and new work is
+first; capacity is held for the longest-waiting one and the claims asking for its GPUs, and new work is
 steered off the GPUs draining for the others.
 
 Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal in ``simulations/README.md``):
@@ -18,9 +18,10 @@ Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal i
    before any other product has 20): a multi-card target idles whole cards while it drains, a
    single-GPU target only its free share, so a multi-card claim holds only once it is the worst off.
 3. **The front holds, the rest steer.** The step's first head (the longest-waiting claim that got a
-   target, higher priority first) is the **front**: the targets of its request shape -- one per head of
-   that shape, drain-soonest's pool -- are held: nothing starts there unless its declared limit ends
-   before they free (backfill, as drain-soonest). The targets of every other shape **steer**: new work
+   target, higher priority first) is the **front**: the targets of the heads asking for the GPUs it asks
+   (``drain_soonest.gpu_ask``: host CPU, memory and node constraints aside), one per head, are held:
+   nothing starts there unless its declared limit ends before they free (backfill, as drain-soonest).
+   The targets of every other head **steer**: new work
    goes onto them only when it fits nowhere else, so they drain while nothing is idled. A front of
    several cards is held only once one of its targets likely (1/2) frees within
 
@@ -61,7 +62,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest
+from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest, gpu_ask
 from packing.admission.spare import SpareMeter, spare_gpus
 from packing.admission.view import AdmissionView
 from packing.claims import WORST_FIRST, Admission, QueueError, WaitingClaim
@@ -261,8 +262,8 @@ class WorstFirst:
         return self.drain.front_pending()
 
     def front(self) -> str | None:
-        """After the last step: the longest-waiting claim with a target; the targets of its request shape are
-        held (None without targets)."""
+        """After the last step: the longest-waiting claim with a target; the targets of the claims asking for its
+        GPUs are held (None without targets)."""
         return self.drain.front()
 
     def default_age_limit(self, request: Request) -> float:
@@ -305,7 +306,7 @@ class _Lens:
             h = self.strategy.clock.clock(v.book.waits, kind_of(r), v.now)
             clock = h if v.now - w.arrived_at < h else None
         hc = self.strategy.clock
-        share = hc.front_share if r == self.capped else None
+        share = hc.front_share if self.capped is not None and gpu_ask(r) == gpu_ask(self.capped) else None
         cap = hc.front_cap(v, r) if share is not None else None
         spare = cap if cap is not None and cap < len(v.ledger.gpus) // hc.front_share else None  # spare set it
         return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share, spare)}", None

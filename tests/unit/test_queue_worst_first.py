@@ -5,6 +5,7 @@ target only past its hold clock."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -20,6 +21,7 @@ from packing.admission.worst_first import (
     WorstFirstSettings,
 )
 from packing.ledger import Ledger
+from packing.node_fit import NodeConstraints
 from packing.queue import (
     BLOCKED_BY_HEAD_OF_LINE,
     DEFAULT_ADMISSION,
@@ -29,7 +31,7 @@ from packing.queue import (
     ClaimQueue,
 )
 from packing.wait_history import WaitHistory
-from tests.unit.queue_helpers import W2, H, Q, W, by_claim, checked, claim, ledger_with, reasons
+from tests.unit.queue_helpers import V100, W2, H, Q, W, by_claim, checked, claim, ledger_with, reasons
 
 
 def wf_queue(ledger: Ledger, **kwargs: object) -> ClaimQueue:
@@ -136,8 +138,8 @@ def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_st
     assert why["w0"].reason == WAITING_FOR_RESERVATION
     assert why["half"].reason == NO_CAPACITY and "new work is kept off GPU" in why["half"].message
     assert why["w1"].reason == NO_CAPACITY
-    assert why["w1"].message.endswith("the drain targets of its request shape, one GPU in 8 at most, go to "
-                                      "longer-waiting claims of that shape")
+    assert why["w1"].message.endswith("the drain targets of claims asking for the same GPUs, one GPU in 8 at most, "
+                                      "go to longer-waiting ones")
     # the front still goes first: its target frees before the half's (limits 1000 + 100 g, the least first)
     node, g = targets["w0"][0].split("-gpu")
     q.depart(f"{node}-{g}a", 2000)
@@ -146,6 +148,55 @@ def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_st
     assert "w1" in gpus_of(q)  # the share is free again: the next of the front's shape holds
     no_holds_left(ledger)
     checked(q)
+
+
+def zoned_ledger() -> Ledger:
+    """Nodes n0 (zone a) and n1 (zone b), 4 cards each."""
+    ledger = Ledger()
+    for i, zone in enumerate("ab"):
+        ledger.add_node(f"n{i}", [(f"n{i}-gpu{j}", V100, 32768) for j in range(4)], labels={"zone": zone})
+    return ledger
+
+
+def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_or_node_constraints_they_ask() -> None:
+    """Pods of one product differ in host CPU, memory and node constraints, each difference a request shape of
+    its own. The front's share and its hold cover every claim asking the GPUs it asks (``gpu_ask``): before,
+    a whole card asking another CPU got a target of its own, past the share, and steered beside the front's."""
+    ledger = zoned_ledger()
+    q = wf_queue(ledger, max_drain_targets=4)  # FRONT_SHARE 8: what the front asks holds 1 of the 8 GPUs
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
+            run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)
+    other_cpu = replace(W, cpu_milli=4000, host_memory_mib=8192)
+    pinned = replace(W, constraints=NodeConstraints(node_selector=(("zone", "b"),)))  # n1 only
+    q.arrive(claim("w0", W, at=0))
+    q.arrive(claim("w-cpu", other_cpu, at=1))
+    q.arrive(claim("w-pinned", pinned, at=2))
+    q.arrive(claim("half", H, at=3))
+    assert q.admit(5) == []
+    assert set(gpus_of(q)) == {"w0", "half"} and strategy(q).front() == "w0"
+    why = by_claim(q, 5)
+    for name in ("w-cpu", "w-pinned"):
+        assert why[name].reason == NO_CAPACITY
+        assert why[name].message.endswith("the drain targets of claims asking for the same GPUs, one GPU in 8 at "
+                                          "most, go to longer-waiting ones"), why[name].message
+    # a wider share: each gets a target of its own, and all three are held with the front's (none steers)
+    q2 = wf_queue(zoned_ledger(), max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2))
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q2, q2.ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
+            run(q2, q2.ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)
+    for i, (name, r) in enumerate((("w0", W), ("w-cpu", other_cpu), ("w-pinned", pinned))):
+        q2.arrive(claim(name, r, at=float(i)))
+    assert q2.admit(5) == [] and set(gpus_of(q2)) == {"w0", "w-cpu", "w-pinned"}
+    assert {c: e.reason for c, e in by_claim(q2, 5).items()} == dict.fromkeys(
+        ("w0", "w-cpu", "w-pinned"), WAITING_FOR_RESERVATION)
+    assert gpus_of(q2)["w-pinned"][0].startswith("n1-")  # each target still fits its own claim's node
+    no_holds_left(ledger)
+    no_holds_left(q2.ledger)
+    checked(q)
+    checked(q2)
 
 
 @pytest.mark.parametrize("spare", [SPARE_WINDOW, None])
@@ -170,8 +221,8 @@ def test_a_multi_card_fronts_shape_holds_at_most_the_gpus_spare_lately(spare: fl
     assert set(gpus_of(q)) == {"p0"} and strategy(q).front() == "p0"
     why = by_claim(q, 600.0)["p1"]
     assert why.reason == NO_CAPACITY and why.message.endswith(
-        "the drain targets of its request shape, at most the 2 GPUs the cluster has had spare lately (one GPU in "
-        "2 at most), go to longer-waiting claims of that shape"), why.message
+        "the drain targets of claims asking for the same GPUs, at most the 2 GPUs the cluster has had spare lately "
+        "(one GPU in 2 at most), go to longer-waiting ones"), why.message
     # single-GPU fronts are not capped by it: three whole cards all hold 3 GPUs with 2 spare
     q.withdraw("p0")
     q.withdraw("p1")
