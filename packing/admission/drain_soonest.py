@@ -105,6 +105,11 @@ def gpu_ask(r: Request) -> GpuAsk:
     return (r.product, r.milli, r.memory_mib, r.count, r.model)
 
 
+def asks_same(r: Request, front: Request | None) -> bool:
+    """Does ``r`` ask for the GPUs ``front`` asks (``gpu_ask``)? False without a front."""
+    return front is not None and gpu_ask(r) == gpu_ask(front)
+
+
 def past_front_share(heads: int, r: Request, cap: int | None) -> bool:
     """Would one more head of the front's shape ``r`` (``heads`` so far) take its held targets past ``cap`` GPUs
     (``Holding.front_cap``; None: no cap)? The front's own always holds: the caller never asks for it."""
@@ -175,8 +180,7 @@ class DrainSoonest:
         those of its shape are the ones held. None without heads."""
         if self._front is None:
             return None
-        ask = gpu_ask(self._front)
-        return next((c for c, h in self._heads.items() if gpu_ask(h.claim.request) == ask), None)
+        return next((c for c, h in self._heads.items() if asks_same(h.claim.request, self._front)), None)
 
     def front_full(self, view: AdmissionView) -> Request | None:
         """After the last step, while its front waits: the front's shape when the targets of its waiting heads
@@ -184,8 +188,7 @@ class DrainSoonest:
         r, front = self._front, self.front()
         if r is None or front is None or front not in view.order:
             return None
-        ask = gpu_ask(r)
-        heads = sum(1 for c, h in self._heads.items() if gpu_ask(h.claim.request) == ask and c in view.order)
+        heads = sum(1 for c, h in self._heads.items() if asks_same(h.claim.request, r) and c in view.order)
         return r if past_front_share(heads, r, self.holding.front_cap(view, r)) else None
 
     def front_pending(self) -> float | None:
@@ -240,7 +243,6 @@ class _Step:
         self.pools = self._carry_over()  # last step's targets still in the ledger, by shape
         self.guarded: set[Request] = set()  # shapes whose pool is held: from their first head on
         self.front: Request | None = None  # the shape of the step's first head: its pool is held (see _front_horizon)
-        self.front_ask: GpuAsk | None = None  # and the GPUs it asks for (gpu_ask): their targets are held with it
         self._sat: dict[Request, bool] = {}
         self.strict = strategy.holding.strict
         self._pending: tuple[tuple[int, int, int], float | None] | None = None  # memo of _front_horizon
@@ -377,13 +379,13 @@ class _Step:
                 continue  # every GPU that could hold it is held for a head ahead of it
             heads.append(w)
             if self.front is None:
-                self.front, self.front_ask = r, gpu_ask(r)
+                self.front = r
             self.held_gpus += r.count
             self._offer(heap, cls, i + 1, push=True)
 
     def _of_front(self, r: Request) -> bool:
         """Does ``r`` ask for the GPUs the step's front asks (``gpu_ask``)? Its targets are held with the front's."""
-        return self.front_ask is not None and gpu_ask(r) == self.front_ask
+        return asks_same(r, self.front)
 
     def _front_heads(self) -> int:
         """This step's heads asking for what the front asks."""
@@ -613,9 +615,9 @@ class _DrainLens:
                       for c, h in heads.items()}
         strict = strategy.holding.strict
         self.pending = strategy._front_pending  # the front steers until a target likely frees within this
-        self.front = gpu_ask(strategy._front) if strategy._front is not None else None
+        self.front = strategy._front
         self.held_by = {c: h for c, h in self.heads.items()
-                        if strict or (self.pending is None and self._of_front(h.claim.request))}
+                        if strict or (self.pending is None and asks_same(h.claim.request, self.front))}
         self.held = {u for h in self.held_by.values() for u in h.target.gpus}
         self._outside: dict[Request, bool] = {}
 
@@ -633,7 +635,7 @@ class _DrainLens:
                 need = message if not fit else "fits only on GPUs held for claims ahead of it"
                 text = self.words.held(w, self.where(t), v.now, t.drains_by, v.limit_of(w))
                 return WAITING_FOR_RESERVATION, f"{need}; {text}", t.drains_by
-            if not fit and self.pending is not None and self._of_front(w.request):  # what the front asks, not held yet
+            if not fit and self.pending is not None and asks_same(w.request, self.front):  # the front's ask, not held
                 return NO_CAPACITY, f"{message}; {front_pending_message(w, self.where(t), v.now, self.pending)}", None
             if not fit:  # it steers: nothing is reserved for it
                 return NO_CAPACITY, f"{message}; {self.words.steered(w, self.where(t), v.now)}", None
@@ -647,9 +649,6 @@ class _DrainLens:
         t = first.target
         text = self.words.blocked(first.claim, self.where(t), v.now, t.drains_by, v.limit_of(first.claim))
         return BLOCKED_BY_HEAD_OF_LINE, text, None
-
-    def _of_front(self, r: Request) -> bool:
-        return self.front is not None and gpu_ask(r) == self.front
 
     def _fits_outside(self, r: Request) -> bool:
         """Does ``r`` fit now on GPUs no head holds, on a node its pod may use?"""

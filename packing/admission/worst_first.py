@@ -62,7 +62,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest, gpu_ask
+from packing.admission.drain_soonest import DEFAULT_HORIZON, DrainSoonest, asks_same
 from packing.admission.spare import SpareMeter, spare_gpus
 from packing.admission.view import AdmissionView
 from packing.claims import WORST_FIRST, Admission, QueueError, WaitingClaim
@@ -306,7 +306,7 @@ class _Lens:
             h = self.strategy.clock.clock(v.book.waits, kind_of(r), v.now)
             clock = h if v.now - w.arrived_at < h else None
         hc = self.strategy.clock
-        share = hc.front_share if self.capped is not None and gpu_ask(r) == gpu_ask(self.capped) else None
+        share = hc.front_share if asks_same(r, self.capped) else None
         cap = hc.front_cap(v, r) if share is not None else None
         spare = cap if cap is not None and cap < len(v.ledger.gpus) // hc.front_share else None  # spare set it
         return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share, spare)}", None
