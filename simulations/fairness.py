@@ -17,7 +17,10 @@ one workload at one load, with each product's p99 wait taken as the mean of the 
 
 The ratio's 95 % interval is paired over seeds (``paired_ratio_ci95``): both runs saw the same arrivals
 per seed, so it is much narrower than the two means' own intervals; a ratio whose interval holds 1.0
-is no measured difference from best effort.
+is no measured difference from best effort. A sacrificed product's margin past its limit is paired the
+same way (``past_limit_ci95``, not judged): on 10 seeds a margin whose interval holds 0 is as likely
+seed noise as a product that pays (protocol B, #27 stop 43: such flags came and went between seeds
+1-10 and 1-20 of one cell).
 
 ``verdict`` reads the figures ``simulations.cli`` keeps per run (``per_seed_p99``, ``waits``,
 ``max_wait_s``, ``utilisation_pct``) and says which points hold.
@@ -112,6 +115,9 @@ class Verdict:
     # beside the pooled longest wait (one run's extreme): each seed's longest, this run's mean, best effort's, and
     # the 95 % interval of their difference paired over seeds (None: fewer than two seeds kept)
     longest_per_seed: PerSeedLongest | None = None
+    # per sacrificed product (in ``sacrificed``'s order): the 95 % interval of its margin past its limit, seconds,
+    # paired over seeds (None: fewer than two seeds); not judged, printed beside the verdict
+    past_limit: tuple[tuple[str, tuple[float, float] | None], ...] = ()
 
     @property
     def minimax_judged(self) -> bool:
@@ -150,6 +156,16 @@ def paired_ratio_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], prod
         return None
     centre = 1.0 + d.mean / base
     return centre - d.half_width / base, centre + d.half_width / base
+
+
+def past_limit_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], product: str) -> tuple[float, float] | None:
+    """The 95 % interval of ``product``'s margin past its limit, paired over seeds: per seed d = this run's p99 -
+    ``limit_s`` of the reference's on the same seed (mean(d) is the mean margin exactly: the limit is linear).
+    None with fewer than two seeds, or either run missing them."""
+    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
+    theirs = ((reference.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
+    d = _paired(mine, [limit_s(float(b)) for b in theirs])
+    return None if d is None else (d.mean - d.half_width, d.mean + d.half_width)
 
 
 def per_seed_longest(run: Mapping[str, Any], reference: Mapping[str, Any]) -> PerSeedLongest | None:
@@ -192,5 +208,6 @@ def verdict(run: Mapping[str, Any], reference: Mapping[str, Any], catalog: Catal
         usable = float(reference_saturated["utilisation_pct"]) - float(saturated["utilisation_pct"])
     return Verdict(product, p99, ratio, goal, sacrificed, float(run["max_wait_s"]), float(reference["max_wait_s"]),
                    float(reference["utilisation_pct"]) - float(run["utilisation_pct"]), usable, ref_p99,
-                   paired_ratio_ci95(run, reference, product, ref_product), per_seed_longest(run, reference))
+                   paired_ratio_ci95(run, reference, product, ref_product), per_seed_longest(run, reference),
+                   tuple((p, past_limit_ci95(run, reference, p)) for p in sacrificed))
 

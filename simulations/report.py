@@ -327,7 +327,18 @@ def verdict_text(v: fairness.Verdict) -> str:
     return (f"worst {v.worst_product} {_minutes(v.worst_p99_s)} min = {v.ratio:.2f} x best effort's worst "
             f"({paired}{goal}); max wait {_minutes(v.max_wait_s)} against "
             f"{_minutes(v.reference_max_wait_s)}{_longest_text(v.longest_per_seed)}; "
-            + ("goal met" if not missed else "missed: " + "; ".join(missed)))
+            + ("goal met" if not missed else "missed: " + "; ".join(missed)) + _past_limit_text(v.past_limit))
+
+
+def _past_limit_text(past: Sequence[tuple[str, tuple[float, float] | None]]) -> str:
+    """Each sacrificed product's margin past its limit, paired over seeds, and whether seed noise could explain it."""
+    parts = []
+    for product, ci in past:
+        if ci is not None:
+            lo, hi = ci
+            noise = " (within seed noise)" if lo <= 0 else ""
+            parts.append(f"{product} {(lo + hi) / 120:+.1f} min, paired {lo / 60:+.1f}..{hi / 60:+.1f}{noise}")
+    return f" (past the limit by: {'; '.join(parts)})" if parts else ""
 
 
 def _longest_text(s: fairness.PerSeedLongest | None) -> str:

@@ -224,3 +224,26 @@ def test_several_loads_are_one_too_many_for_plan_and_placements(tmp_path: Path,
     assert parse_rhos("0.7, 0.85,none") == (0.7, 0.85, None)
     with pytest.raises(argparse.ArgumentTypeError):
         parse_rhos("0.7,-1")
+
+
+@pytest.mark.parametrize(("halves", "margin", "text"), [
+    # best effort's halves per seed 20, 10, 30 min: limits 30, 17.5, 42.5 (mean 30)
+    ([33.0, 20.5, 45.5], (3.0, 3.0), "v100-50 +3.0 min, paired +3.0..+3.0)"),  # 3 min past on every seed
+    # d = 10, -7.5, 7.5: mean 3.33, sd 9.46, t(2) 4.303: 3.33 -+ 23.51
+    ([40.0, 10.0, 50.0], (-20.18, 26.85), "v100-50 +3.3 min, paired -20.2..+26.8 (within seed noise))"),
+])
+def test_a_sacrificed_products_margin_is_paired_over_seeds(halves: list[float], margin: tuple[float, float],
+                                                          text: str) -> None:
+    """The flag judges the mean of per-seed p99s; the margin past the limit, paired, says whether seed noise could
+    explain it (not judged)."""
+    catalog = load_catalog()
+    reference = seeds_of({"v100-50": [20.0, 10.0, 30.0], "v100-100": [100.0, 100.0, 100.0]})
+    v = fairness.verdict(seeds_of({"v100-50": halves, "v100-100": [70.0, 70.0, 70.0]}), reference, catalog)
+    assert v.sacrificed == ("v100-50",) and v.failures == ["sacrificed v100-50"]
+    [(product, ci)] = v.past_limit
+    assert product == "v100-50" and ci is not None
+    assert (ci[0] / 60, ci[1] / 60) == pytest.approx(margin, abs=0.05)
+    assert verdict_text(v).endswith("missed: sacrificed v100-50 (past the limit by: " + text)
+    met = fairness.verdict(seeds_of({"v100-50": [20.0, 10.0, 30.0], "v100-100": [70.0, 70.0, 70.0]}), reference,
+                           catalog)
+    assert met.past_limit == () and "past the limit" not in verdict_text(met)
