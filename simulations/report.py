@@ -300,9 +300,11 @@ def admission_table_text(results: Mapping[tuple[str, str], Mapping[str, Any]],
     if catalog is not None and not any(a == fairness.REFERENCE for _, a in results):
         lines.append(f"(no verdicts: add {fairness.REFERENCE} to --admission to judge against it)")
     elif catalog is not None:
-        lines.append("  ! : this product's p99 is above 1.25 x its best-effort p99 + 5 min (sacrificed); minimax: "
-                     "the worst product's p99 over best effort's worst, goal <= 0.8 where best effort's worst needs "
-                     "whole cards, else <= 1.0; not judged where best effort's worst is under 5 min")
+        lines.append("  ! : this product's p99 is above 1.25 x its best-effort p99 + 5 min (sacrificed; 'past the "
+                     "limit by': the margin, its 95 % interval paired over seeds, 'within seed noise' where that "
+                     "holds 0); minimax: the worst product's p99 over best effort's worst, goal <= 0.8 where best "
+                     "effort's worst needs whole cards, else <= 1.0; not judged where best effort's worst is under "
+                     "5 min")
     return "\n".join(lines)
 
 
