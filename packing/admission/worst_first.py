@@ -93,7 +93,8 @@ HOLD_WITHIN = 1.0
 # where three were; the built-in mix at 0.85 kept its 4-card cut, 0.78 x best effort, where K = 1.5 gave 0.81)
 HOLD_IDLE = 2.0
 # the front's shape holds at most one GPU in this many (protocol B, 30 seeds: none sacrificed on gpushare100 at
-# 0.95, the built-in mix at 0.85 and multigpu50 at 0.7, where one in four -- all the targets' cap -- sacrificed one)
+# 0.95, the built-in mix at 0.85 and multigpu50 at 0.7, where one in four -- all the targets' cap -- sacrificed one;
+# 10, 12 and 16 measured again under the gpu_ask count, 10-30 seeds: none measurably better, simulations/README.md)
 FRONT_SHARE = 8
 # and, for a shape of several cards, at most the GPUs the cluster had spare over about this long (seconds):
 # held cards cost the others little where there is room to spare, dearly where there is none (protocol B, the
