@@ -146,8 +146,7 @@ def paired_ratio_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], prod
     """The 95 % interval of ``ratio``, paired over seeds: per seed d = this run's p99 of ``product`` - the
     reference's p99 of ``ref_product`` (the same arrivals under both: seed noise cancels); t interval of
     mean(d), over the reference's mean. None with fewer than two seeds, or one missing."""
-    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
-    theirs = ((reference.get("per_seed_p99") or {}).get(ref_product) or {}).get("per_seed") or []
+    mine, theirs = _per_seed(run, product), _per_seed(reference, ref_product)
     d = _paired(mine, theirs)
     if d is None:
         return None
@@ -162,9 +161,7 @@ def past_limit_ci95(run: Mapping[str, Any], reference: Mapping[str, Any], produc
     """The 95 % interval of ``product``'s margin past its limit, paired over seeds: per seed d = this run's p99 -
     ``limit_s`` of the reference's on the same seed (mean(d) is the mean margin exactly: the limit is linear).
     None with fewer than two seeds, or either run missing them."""
-    mine = ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
-    theirs = ((reference.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
-    d = _paired(mine, [limit_s(float(b)) for b in theirs])
+    d = _paired(_per_seed(run, product), [limit_s(float(b)) for b in _per_seed(reference, product)])
     return None if d is None else (d.mean - d.half_width, d.mean + d.half_width)
 
 
@@ -177,6 +174,11 @@ def per_seed_longest(run: Mapping[str, Any], reference: Mapping[str, Any]) -> Pe
         return None
     return PerSeedLongest(statistics.fmean(map(float, mine)), statistics.fmean(map(float, theirs)),
                           (d.mean - d.half_width, d.mean + d.half_width), sum(x > 0 for x in d.values), len(d.values))
+
+
+def _per_seed(run: Mapping[str, Any], product: str) -> Sequence[Any]:
+    """``product``'s p99 per seed in ``run`` (empty where it was not kept)."""
+    return ((run.get("per_seed_p99") or {}).get(product) or {}).get("per_seed") or []
 
 
 def _paired(mine: Sequence[Any], theirs: Sequence[Any]) -> SeedSpread | None:
