@@ -8,7 +8,7 @@ import random
 import pytest
 
 from packing.products import Request, load_catalog
-from simulations.ideal import reference_waits
+from simulations.ideal import alone_waits, product_waits, reference_waits
 from simulations.traces import Job
 
 CATALOG = load_catalog()
@@ -137,3 +137,64 @@ def test_a_tau_longer_than_any_wait_is_slices_first() -> None:
     assert longest > 60  # a line formed: the order matters here
     assert reference_waits(jobs, reqs, cards=3, wholes_after_s=longest + 1) == slices_first
     assert reference_waits(jobs, reqs, cards=3, wholes_after_s=0) != slices_first
+
+
+# product_waits: 4 cards; a 2-card job runs until 100, a 4-card job comes at 1, a whole card at 2 (for 200).
+HOLD = (("v100-100", 0, 100, 2), ("v100-100", 1, 50, 4), ("v100-100", 2, 200, 1))
+
+
+@pytest.mark.parametrize(("hold_after", "x4", "wholes"), [
+    (math.inf, [201], [0]),  # backfill: the whole card starts beside the 2-card job; the 4-card job waits for both
+    (50.0, [201], [0]),  # at 2 the 4-card head has waited 1 s, short of its hold
+    (1.0, [99], [148]),  # waited 1 s at 2: it holds; it starts at 100, the whole card when it leaves at 150
+    (0.0, [99], [148]),
+])
+def test_a_head_that_waited_its_hold_blocks_every_line_after_it(hold_after: float, x4: list[float],
+                                                                wholes: list[float]) -> None:
+    jobs, reqs = jobs_of(*HOLD)
+    assert product_waits(jobs, reqs, cards=4, hold_after_s=hold_after) == {
+        "v100-100x2": [0], "v100-100x4": x4, "v100-100": wholes}
+
+
+# 2 cards, both busy until 100; a whole card W comes at 5 (for 50), a 2-card job D at 10 (for 30).
+AHEAD = (("v100-100", 0, 100, 2), ("v100-100", 5, 50, 1), ("v100-100", 10, 30, 2))
+
+
+@pytest.mark.parametrize(("ahead", "wholes", "x2"), [
+    ({}, [95], [0, 140]),  # arrival order: W at 100, D once W leaves at 150
+    ({"v100-100x2": 5.0}, [95], [0, 140]),  # D counts from 5, a tie with W: the earlier arrival goes first
+    ({"v100-100x2": 6.0}, [125], [0, 90]),  # D counts from 4: D at 100, W when it leaves at 130
+    ({"v100-100x2": math.inf}, [125], [0, 90]),
+    ({"v100-100": -10.0}, [125], [0, 90]),  # W an instant behind D
+])
+def test_a_product_counted_earlier_goes_first(ahead: dict[str, float], wholes: list[float], x2: list[float]) -> None:
+    jobs, reqs = jobs_of(*AHEAD)
+    assert product_waits(jobs, reqs, cards=2, ahead_s=ahead) == {"v100-100x2": x2, "v100-100": wholes}
+
+
+def test_alone_serves_each_whole_card_product_first_in_first_out_on_its_own() -> None:
+    # 4 cards: 2-card jobs at 0, 1, 2 (the third waits for the first to leave at 100); quarters do not count
+    jobs, reqs = jobs_of(("v100-100", 0, 100, 2), ("v100-25", 0, 500, 1), ("v100-100", 1, 100, 2),
+                         ("v100-100", 2, 10, 2), ("v100-100", 3, 10, 1))
+    assert alone_waits(jobs, reqs, cards=4) == {"v100-100x2": [0, 0, 98], "v100-100": [0]}
+    with pytest.raises(ValueError):
+        alone_waits(jobs, reqs[:2], cards=4)
+    for bad in ({"hold_after_s": -1.0}, {"ahead_s": {"v100-100": math.nan}}):
+        with pytest.raises(ValueError):
+            product_waits(jobs, reqs, cards=4, **bad)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_no_order_starts_a_whole_card_job_sooner_than_alone(seed: int) -> None:
+    # the bound, job by job, under every order that serves each product first in, first out
+    rng = random.Random(seed)
+    spec = [(rng.choice(("v100-25", "v100-50", "v100-100")), rng.uniform(0, 400), rng.uniform(1, 80),
+             rng.choice((1, 1, 2, 4))) for _ in range(200)]
+    jobs, reqs = jobs_of(*((p, a, d, c if p == "v100-100" else 1) for p, a, d, c in spec))
+    alone = alone_waits(jobs, reqs, cards=4)
+    assert max(max(w) for w in alone.values()) > 0  # a product makes a line on its own: the bound bites
+    orders = [product_waits(jobs, reqs, 4), product_waits(jobs, reqs, 4, {"v100-100x4": math.inf}, 0.0),
+              product_waits(jobs, reqs, 4, {"v100-100": 120.0}, 30.0), reference_waits(jobs, reqs, 4)]
+    for waits in orders:
+        for product, floor in alone.items():
+            assert all(w >= f for w, f in zip(waits[product], floor, strict=True)), product
