@@ -32,6 +32,10 @@ per-seed p99) per order and whole cards alone (every slice removed). With ``--be
 products above 1.25 x their best-effort p99 + 5 min and names the order with the smallest worst-product
 p99 among those that sacrifice none, with its ratio to best effort's worst. An argued reference, not a
 lower bound over all policies (the module docstring says why). ``--reference`` prints the two corners only.
+
+``--frontier --multi-card``: the same question on the multi-card mixes (``--mixes``, ``multigpu50`` by
+default), every product in its own line, over the largest product's head start (``--aheads``) and
+holds (``--holds``), with the alone lower bound (``tests/bench/frontier_multi_card.py``).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from packing.products import load_catalog
 from packing.queue import BEST_EFFORT_FIFO, DRAIN_SOONEST, WORST_FIRST, ClaimQueue
@@ -210,6 +214,7 @@ _MIX = re.compile(r"openb_pod_list_([A-Za-z0-9_-]+)\.csv")
 
 SLICES = ("v100-25", "v100-50")  # the slice products of the single-card mixes (the default catalog)
 Order = tuple[float, float, float]  # wholes_after_s, then slice_head_start_s of SLICES, of ``reference_waits``
+K = TypeVar("K")  # an order of a frontier
 
 
 def frontier_orders(taus_min: Sequence[float], head_starts_min: Sequence[float], cross: bool = False,
@@ -269,10 +274,10 @@ def frontier_cell(source: protocol_b.PoolSource, rho: float, seeds: Sequence[int
 
 
 @dataclass(frozen=True)
-class FrontierPoint:
+class FrontierPoint(Generic[K]):
     """The frontier's best order for the worst-served product, with no product sacrificed."""
 
-    order: Order
+    order: K
     worst_product: str
     worst_p99_s: float
     ratio: float  # to best effort's worst product's p99
@@ -283,7 +288,7 @@ def sacrificed(row: Mapping[str, float], best_effort: Mapping[str, float]) -> li
     return [p for p, v in row.items() if p in best_effort and v > fairness.limit_s(best_effort[p])]
 
 
-def best_point(rows: Mapping[Order, Mapping[str, float]], best_effort: Mapping[str, float]) -> FrontierPoint | None:
+def best_point(rows: Mapping[K, Mapping[str, float]], best_effort: Mapping[str, float]) -> FrontierPoint[K] | None:
     """Among the orders whose every product stays within its limit (``sacrificed``), the one with the
     smallest worst-product p99 (the first listed on a tie); None when every order sacrifices one."""
     reference_worst = max(best_effort.values())
@@ -334,9 +339,7 @@ def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], 
             known = (best_effort or {}).get((mix, rho))
             be = known[1] if known is not None and known[0] == seeds else {}
             lines.append("")
-            contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
-            seed_text = f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 1 else ",".join(map(str, seeds))
-            head = f"{mix} ρ {rho}, seeds {seed_text}, {jobs} jobs, 64 cards"
+            head = f"{mix} ρ {rho}, seeds {seeds_text(seeds)}, {jobs} jobs, 64 cards"
             if be:
                 head += "; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be)
             elif known is not None:
@@ -369,9 +372,40 @@ def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], 
                          f"({be_worst / 60:.1f}); 0.8 x is {goal / 60:.1f}: {reach}")
     return "\n".join(lines)
 
+
+def seeds_text(seeds: Sequence[int]) -> str:
+    """``1-10`` for a run of seeds, else ``1,3,7``."""
+    contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds)))
+    return f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 1 else ",".join(map(str, seeds))
+
+
 def p99(waits: list[float]) -> float:
     ordered = sorted(waits)
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
+
+
+def multi_card_main(args: argparse.Namespace, traces: Path, rhos: list[float], seeds: tuple[int, ...]) -> int:
+    """``--frontier --multi-card``: the multi-card frontier (``tests/bench/frontier_multi_card.py``)."""
+    from tests.bench.frontier_multi_card import multi_card_orders, multi_frontier_table  # it imports this module
+
+    try:
+        aheads = [float(a) for a in args.aheads.split(",") if a.strip()]
+        holds = [float(h) for h in args.holds.split(",") if h.strip()]
+        best_effort = {k: v for path in args.best_effort for k, v in read_best_effort(path).items()}
+        mixes = [m.strip() for m in args.mixes.split(",") if m.strip()]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"bench-fairness: {e}", file=sys.stderr)
+        return 2
+    missing = [m for m in mixes if not (traces / f"openb_pod_list_{m}.csv").is_file()]
+    if (not aheads or not holds or not mixes or missing or any(math.isnan(a) for a in aheads)
+            or any(not h >= 0 for h in holds)):
+        print(f"bench-fairness: --aheads needs minutes, --holds minutes >= 0 and --mixes openb mixes under {traces} "
+              f"(got {args.aheads!r}, {args.holds!r}, {args.mixes!r}; not found: {', '.join(missing) or 'none'})",
+              file=sys.stderr)
+        return 2
+    print(multi_frontier_table(traces, mixes, rhos, seeds, args.jobs, multi_card_orders(aheads, holds), best_effort),
+          flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,6 +429,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cross", action="store_true", help="with --frontier: every pair (τ, h) of the two grids")
     ap.add_argument("--per-product", action="store_true",
                     help="with --frontier: every pair of head starts (quarters', halves') of the --head-starts grid")
+    ap.add_argument("--multi-card", action="store_true",
+                    help="with --frontier: the multi-card mixes instead, every product in its own line, over the "
+                         "largest product's head start (--aheads) and holds (--holds), with the alone lower bound")
+    ap.add_argument("--mixes", default="multigpu50", help="with --multi-card: the openb mixes (comma-separated)")
+    ap.add_argument("--aheads", default="0,60,360,720,1440,inf",
+                    help="with --multi-card: the largest product's head starts in minutes, inf allowed")
+    ap.add_argument("--holds", default="inf,240,60,0",
+                    help="with --multi-card: a head's wait in minutes before it stops every line after it, inf allowed")
     args = ap.parse_args(argv if argv is not None else [])
     if args.reference or args.frontier:
         root = os.environ.get("GPUSLICE_TRACES")
@@ -406,6 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.reference:
             print(reference_table(traces, rhos, seeds, args.jobs))
             return 0
+        if args.multi_card:
+            return multi_card_main(args, traces, rhos, seeds)
         try:
             taus = [float(t) for t in args.taus.split(",") if t.strip()]
             heads = [float(h) for h in args.head_starts.split(",") if h.strip()]
