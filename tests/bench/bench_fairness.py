@@ -336,17 +336,8 @@ def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], 
         for rho in rhos:
             rows, alone = frontier_cell(mix_pool(traces, mix, rho, jobs), rho, seeds, jobs, orders)
             products = sorted({p for row in rows.values() for p in row}, key=product_order)
-            known = (best_effort or {}).get((mix, rho))
-            be = known[1] if known is not None and known[0] == seeds else {}
-            lines.append("")
-            head = f"{mix} ρ {rho}, seeds {seeds_text(seeds)}, {jobs} jobs, 64 cards"
-            if be:
-                head += "; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be)
-            elif known is not None:
-                head += f"; best effort's figures are for seeds {known[0]}, not these: not judged"
-            else:
-                head += "; no best-effort figures for this cell (--best-effort FILE.json): not judged"
-            lines.append(head)
+            head, be = cell_head(mix, rho, seeds, jobs, products, best_effort or {})
+            lines += ["", head]
             lines.append(f"  {'order':>{width}} " + " ".join(f"{p:>10}" for p in products) + "  worst")
             for order in orders:
                 row = rows[order]
@@ -371,6 +362,21 @@ def frontier_table(traces: Path, rhos: Sequence[float], seeds: tuple[int, ...], 
                          f"{best.worst_p99_s / 60:.1f} = {best.ratio:.2f} x best effort's worst "
                          f"({be_worst / 60:.1f}); 0.8 x is {goal / 60:.1f}: {reach}")
     return "\n".join(lines)
+
+
+def cell_head(mix: str, rho: float, seeds: tuple[int, ...], jobs: int, products: Sequence[str],
+              best_effort: Mapping[tuple[str, float], tuple[tuple[int, ...], dict[str, float]]]
+              ) -> tuple[str, dict[str, float]]:
+    """A frontier cell's first line, and best effort's per-product p99 for it (empty unless given for
+    these very seeds: another seed set is no pairing)."""
+    known = best_effort.get((mix, rho))
+    be = known[1] if known is not None and known[0] == seeds else {}
+    head = f"{mix} ρ {rho}, seeds {seeds_text(seeds)}, {jobs} jobs, 64 cards"
+    if be:
+        return head + "; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be), be
+    if known is not None:
+        return head + f"; best effort's figures are for seeds {seeds_text(known[0])}, not these: not judged", be
+    return head + "; no best-effort figures for this cell (--best-effort FILE.json): not judged", be
 
 
 def seeds_text(seeds: Sequence[int]) -> str:

@@ -28,7 +28,7 @@ from simulations import fairness, protocol_b
 from simulations.ideal import alone_waits, product_waits
 from simulations.metrics import product_order
 from simulations.workload import size_class
-from tests.bench.bench_fairness import best_point, mix_pool, p99, sacrificed, seeds_text
+from tests.bench.bench_fairness import best_point, cell_head, mix_pool, p99, sacrificed
 
 MIXES = ("multigpu50",)
 AHEADS_MIN = (0.0, 60.0, 360.0, 720.0, 1440.0, math.inf)  # the largest product's head start
@@ -101,12 +101,8 @@ def multi_frontier_table(traces: Path, mixes: Sequence[str], rhos: Sequence[floa
         for rho in rhos:
             rows, alone = multi_frontier_cell(mix_pool(traces, mix, rho, jobs), rho, seeds, jobs, orders)
             products = sorted({p for row in rows.values() for p in row}, key=product_order)
-            known = best_effort.get((mix, rho))
-            be = known[1] if known is not None and known[0] == seeds else {}
-            lines.append("")
-            lines.append(f"{mix} ρ {rho}, seeds {seeds_text(seeds)}, {jobs} jobs, 64 cards"
-                         + ("; best effort " + ", ".join(f"{p} {be[p] / 60:.1f}" for p in products if p in be)
-                            if be else "; no best-effort figures for these seeds: `!` not judged"))
+            head, be = cell_head(mix, rho, seeds, jobs, products, best_effort)
+            lines += ["", head]
             lines.append(f"  {'order':>{width}} " + " ".join(f"{p:>11}" for p in products) + "  worst")
             for order in orders:
                 row = rows[order]

@@ -70,7 +70,7 @@ def test_the_command_prints_each_cell_with_alone_and_its_own_verdict(
                                 "--aheads", "0,inf", "--holds", "inf,0"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert "multigpu50 ρ 0.9, seeds 1-2, 300 jobs, 64 cards; no best-effort figures" in out
+    assert "multigpu50 ρ 0.9, seeds 1-2, 300 jobs, 64 cards; no best-effort figures for this cell" in out
     labels = [line.split()[:4] for line in out.splitlines() if line.strip().startswith("a ")]
     assert labels == [["a", "0", "hold", "∞"], ["a", "0", "hold", "0"], ["a", "∞", "hold", "∞"],
                       ["a", "∞", "hold", "0"]]
