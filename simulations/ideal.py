@@ -141,6 +141,7 @@ def _waits_by_product(jobs: Sequence[Job], requests: Sequence[Request],
         out.setdefault(size_class(requests[i]), []).append(start[i] - j.arrival)
     return out
 
+
 Key = Callable[[str, int, float], tuple[float, int, float]]  # (line, its head, now) -> where the line comes
 
 
