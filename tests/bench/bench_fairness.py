@@ -16,9 +16,9 @@ issue asks for -- ``default`` (single-card), ``gpushare100``, ``gpushare60`` (si
 ``multigpu50`` (multi-card, runtimes borrowed from ``default``) and the built-in synthetic mix, each
 at offered load 0.7, 0.85 and 0.95, 64 cards, runtimes capped at 2 days, seeds 1-10, 15 000 jobs,
 usable capacity at 1.1 -- best effort, worst-first and drain-soonest, through ``gpuslice simulate
---compare-admission``; then the frontier below, judged against that run's best effort. Needs
-``$GPUSLICE_TRACES`` (the folder holding ``alibaba-openb/``); hours on two cores. ``--seeds``,
-``--jobs`` and ``--rho`` override the sizes.
+--compare-admission``; then the frontiers below (single-card and multi-card), judged against that
+run's best effort. Needs ``$GPUSLICE_TRACES`` (the folder holding ``alibaba-openb/``); hours on two
+cores. ``--seeds``, ``--jobs`` and ``--rho`` override the sizes.
 
 ``--frontier`` (minutes): how far the worst-served product could go with no product sacrificed, in
 the no-fragmentation reference (``simulations/ideal.py``, a relaxation: fluid slices, no node
@@ -137,7 +137,8 @@ def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] 
                out: Path | None = None) -> int:
     """The fairness table over every mix and load, through ``gpuslice simulate --compare-admission``, each
     command's figures also in ``out/<name>.json`` (``--json``; a temporary folder without ``out``); then
-    the no-fragmentation reference's frontier, judged against the best-effort figures of ``single.json``."""
+    the no-fragmentation reference's frontier, judged against the best-effort figures of ``single.json``, and the
+    multi-card one with the alone bound, against ``multigpu50.json``'s."""
     root = os.environ.get("GPUSLICE_TRACES")
     if not root:
         print("bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/", file=sys.stderr)
@@ -161,9 +162,14 @@ def full_table(seeds: str, jobs: int, rho: str, run: Callable[[list[str]], int] 
             code = run(argv)
             if code:
                 return code
+        from tests.bench.frontier_multi_card import AHEADS_MIN, HOLDS_MIN, multi_card_orders, multi_frontier_table
+
+        rhos, seed_list = [float(x) for x in rho.split(",")], parse_seeds(seeds)
         print()
-        print(frontier_table(t, [float(x) for x in rho.split(",")], parse_seeds(seeds), jobs,
-                             best_effort=read_best_effort(folder / "single.json")))
+        print(frontier_table(t, rhos, seed_list, jobs, best_effort=read_best_effort(folder / "single.json")))
+        print()
+        print(multi_frontier_table(t, ["multigpu50"], rhos, seed_list, jobs, multi_card_orders(AHEADS_MIN, HOLDS_MIN),
+                                   read_best_effort(folder / "multigpu50.json")), flush=True)
     return 0
 
 
