@@ -109,8 +109,9 @@ sweep-a: $(STAMP)
 ## bench-fairness: the queue fairness table (tests/bench/bench_fairness.py): every admission strategy that matters
 ## (best effort, the default worst-first, drain-soonest) on default, gpushare100, gpushare60, multigpu50 and the
 ## built-in mix at offered load 0.7, 0.85 and 0.95, 64 cards, seeds 1-10, 15 000 jobs, usable capacity at 1.1, then
-## the no-fragmentation reference's frontier against that best effort; needs GPUSLICE_TRACES; hours on 2 cores
-## (FAIRNESS_ARGS="--seeds 1-3 --jobs 5000" for a quicker look; "--frontier --best-effort FILE.json": the frontier only)
+## the no-fragmentation reference's frontiers against that best effort (single-card; multi-card with the alone
+## lower bound); needs GPUSLICE_TRACES; hours on 2 cores (FAIRNESS_ARGS="--seeds 1-3 --jobs 5000" for a quicker
+## look; "--frontier --best-effort FILE.json": the single-card frontier only, "--frontier --multi-card": the other)
 bench-fairness: $(STAMP)
 	@test -n "$$GPUSLICE_TRACES" || { echo "bench-fairness: set GPUSLICE_TRACES to the folder holding alibaba-openb/" >&2; exit 2; }
 	$(BIN)/python -m tests.bench.bench_fairness --full $(FAIRNESS_ARGS)
