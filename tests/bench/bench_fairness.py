@@ -421,6 +421,8 @@ def multi_card_main(args: argparse.Namespace, traces: Path, rhos: list[float], s
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tests.bench.frontier_multi_card import AHEADS_MIN, HOLDS_MIN  # it imports this module
+
     ap = argparse.ArgumentParser(prog="python -m tests.bench.bench_fairness")
     ap.add_argument("--full", action="store_true", help="the full fairness table (hours; needs GPUSLICE_TRACES)")
     ap.add_argument("--seeds", default="1-10")
@@ -445,9 +447,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --frontier: the multi-card mixes instead, every product in its own line, over the "
                          "largest product's head start (--aheads) and holds (--holds), with the alone lower bound")
     ap.add_argument("--mixes", default="multigpu50", help="with --multi-card: the openb mixes (comma-separated)")
-    ap.add_argument("--aheads", default="0,60,360,720,1440,inf",
+    ap.add_argument("--aheads", default=",".join(f"{a:g}" for a in AHEADS_MIN),
                     help="with --multi-card: the largest product's head starts in minutes, inf allowed")
-    ap.add_argument("--holds", default="inf,240,60,0",
+    ap.add_argument("--holds", default=",".join(f"{h:g}" for h in HOLDS_MIN),
                     help="with --multi-card: a head's wait in minutes before it stops every line after it, inf allowed")
     args = ap.parse_args(argv if argv is not None else [])
     if args.reference or args.frontier:
