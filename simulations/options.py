@@ -435,7 +435,8 @@ class AdmissionChoice:
     shape of several cards holds at most the GPUs spare over about that long, 12h by default, ``off`` for no
     such limit) and, for every strategy, ``ahead.KIND`` (a signed head start in queue order for a product, or
     ``PRODUCTxN`` for N whole cards: ``ahead.v100-50=-1h`` puts half cards an hour behind their arrival).
-    worst-first's six (clock, share, within, front, idle, spare) are one ``WorstFirstSettings``, ``worst_first``."""
+    worst-first's seven (clock, share, within, front, idle, spare, worst) are one ``WorstFirstSettings``,
+    ``worst_first``."""
 
     label: str
     name: str
@@ -460,6 +461,13 @@ def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Call
     return lambda value: means if value.strip() == off else read(value)
 
 
+def on_or_off(value: str) -> bool:
+    """``on`` or ``off``; anything else is refused with what it takes."""
+    if value.strip() not in ("on", "off"):
+        raise argparse.ArgumentTypeError(f"must be on or off, got {value!r}")
+    return value.strip() == "on"
+
+
 # worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
 WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "clock": ("hold_clock", _or_off(parse_duration, "never", math.inf)),
@@ -468,6 +476,7 @@ WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "front": ("front_share", positive_int),
     "idle": ("hold_idle", _or_off(positive_number, "off", math.inf)),
     "spare": ("spare_window", _or_off(positive_duration, "off", None)),
+    "worst": ("front_worst", on_or_off),
 }
 # a product's own age limit: AGING
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST)} | {

@@ -105,8 +105,8 @@ SPARE_WINDOW = 12 * 3600.0
 
 @dataclass(frozen=True)
 class WorstFirstSettings:
-    """worst-first's six settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
-    simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:idle=..:spare=..``). Not checked
+    """worst-first's seven settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
+    simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:idle=..:spare=..:worst=..``). Not checked
     on construction: ``check`` refuses a bad one, so the queue refuses it in its own order."""
 
     hold_clock: float = MAX_CLOCK  # seconds: the ceiling D of the multi-card hold clock (inf: never; clock=)
@@ -116,10 +116,13 @@ class WorstFirstSettings:
     hold_idle: float = HOLD_IDLE  # K: and within K x its hold clock H (inf: no such limit; idle=)
     # a shape of several cards holds at most the GPUs spare over about this long (None: no such limit; spare=)
     spare_window: float | None = SPARE_WINDOW
+    # a what-if: the front's shape holds more than the front's own target only while its product's recent p99
+    # wait is the longest of every product's (worst=on; off, the default: measured, simulations/README.md)
+    front_worst: bool = False
 
     def check(self) -> None:
-        """QueueError naming the first setting out of range, checked clock, share, front, within, idle, spare
-        (``worst_first=None`` means every default; of the fields only ``spare_window`` takes None)."""
+        """QueueError naming the first setting out of range, checked clock, share, front, within, idle, spare,
+        worst (``worst_first=None`` means every default; of the fields only ``spare_window`` takes None)."""
         if not (_real(self.hold_clock) and self.hold_clock >= 0):
             raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), "
                              f"got {self.hold_clock!r}")
@@ -136,6 +139,8 @@ class WorstFirstSettings:
         if self.spare_window is not None and not (_finite(self.spare_window) and self.spare_window > 0):
             raise QueueError(f"spare_window must be a finite number of seconds > 0, or None (no limit by the "
                              f"spare capacity), got {self.spare_window!r}")
+        if not isinstance(self.front_worst, bool):
+            raise QueueError(f"front_worst must be True or False, got {self.front_worst!r}")
 
 
 DEFAULT_SETTINGS = WorstFirstSettings()  # what ``worst_first=None`` means
@@ -155,7 +160,10 @@ class HoldClock:
     Infinite R (``within=off``): it holds at once.
 
     ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
-    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before)."""
+    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before).
+
+    ``front_worst`` (the what-if ``worst=on``; off by default): that share only while the front's product is the
+    worst served, its recent p99 wait the longest of every product's (``behind``); else the front's own alone."""
 
     strict = False  # only the targets of the front's shape are held; the others steer
 
@@ -166,8 +174,10 @@ class HoldClock:
         self.hold_within = s.hold_within
         self.hold_idle = s.hold_idle
         self.front_share = s.front_share
+        self.front_worst = s.front_worst
         self.spare = SpareMeter(s.spare_window) if s.spare_window is not None else None
-        self._memo: tuple[float, int, dict[str, float]] = (-1.0, -1, {})  # (now, id of the history, kind -> H)
+        # (now, id of the history, kind -> the longest recent p99 of another product and that product)
+        self._memo: tuple[float, int, dict[str, tuple[float, str | None]]] = (-1.0, -1, {})
 
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         if claim.request.count <= 1:
@@ -176,10 +186,25 @@ class HoldClock:
 
     def front_cap(self, view: AdmissionView, r: Request) -> int | None:
         """The most GPUs the front's shape ``r`` holds: one in ``front_share``; for several cards no more than the
-        GPUs spare lately (``spare_window``) either."""
+        GPUs spare lately (``spare_window``) either; with ``front_worst``, one (the front's own) while ``behind``."""
+        if self.behind(view, r) is not None:
+            return 1  # another product is worse served: only the front's own target holds
         cap = len(view.ledger.gpus) // self.front_share
         spare = self.spare_lately(view.now) if r.count > 1 else None
         return cap if spare is None else min(cap, math.floor(spare))
+
+    def behind(self, view: AdmissionView, r: Request) -> tuple[str, float] | None:
+        """With ``front_worst``: the product, and its recent p99 wait, whose tail is longer than that of ``r``'s
+        product (both from ``TAIL`` of the last admissions, ``packing.wait_history``); None when it has the longest,
+        has too few admissions to say, or ``front_worst`` is off."""
+        if not self.front_worst:
+            return None
+        kind = kind_of(r)
+        own = view.book.waits.quantile(kind, self.tail)
+        tail, other = self._others(view.book.waits, kind, view.now)
+        if own is None or other is None or own >= tail:
+            return None
+        return other, tail
 
     def spare_lately(self, now: float) -> float | None:
         """The GPUs spare lately (``packing.admission.spare``); None without a spare window or before any step."""
@@ -210,13 +235,18 @@ class HoldClock:
         when ``max_clock`` is: never)."""
         if math.isinf(self.max_clock):
             return math.inf
+        return min(self.max_clock, self._others(waits, kind, now)[0])
+
+    def _others(self, waits: WaitHistory, kind: str, now: float) -> tuple[float, str | None]:
+        """The longest recent p99 of a product other than ``kind`` (0 when none has enough admissions) and that
+        product, memoised per step: O(products x log window) once per kind and step."""
         at, owner, memo = self._memo
         if at != now or owner != id(waits):
             memo = {}
             self._memo = (now, id(waits), memo)
         if kind not in memo:
-            tails = [t for k in waits.products() if k != kind and (t := waits.quantile(k, self.tail)) is not None]
-            memo[kind] = min(self.max_clock, max(tails, default=0.0))
+            tails = [(t, k) for k in waits.products() if k != kind and (t := waits.quantile(k, self.tail)) is not None]
+            memo[kind] = max(tails, default=(0.0, None))
         return memo[kind]
 
 
@@ -308,6 +338,7 @@ class _Lens:
             clock = h if v.now - w.arrived_at < h else None
         hc = self.strategy.clock
         share = hc.front_share if asks_same(r, self.capped) else None
-        cap = hc.front_cap(v, r) if share is not None else None
+        behind = hc.behind(v, r) if share is not None else None
+        cap = hc.front_cap(v, r) if share is not None and behind is None else None
         spare = cap if cap is not None and cap < len(v.ledger.gpus) // hc.front_share else None  # spare set it
-        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share, spare)}", None
+        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share, spare, behind)}", None

@@ -79,11 +79,11 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
 
 @pytest.mark.parametrize(("setting", "said"), [
     ("aging-guard:t=5m", "'t' is neither a setting (T, heads, horizon, clock, share, within, front, idle, "
-                         "spare, ahead.KIND) nor a product of the catalog (v100-25, v100-50, v100-100); "
+                         "spare, worst, ahead.KIND) nor a product of the catalog (v100-25, v100-50, v100-100); "
                          "did you mean 'T'?"),
     ("aging-guard:X=1", "'X' is neither a setting"),
     ("aging-guard:v100-33=5m", "'v100-33' is neither a setting (T, heads, horizon, clock, share, within, "
-                               "front, idle, spare, ahead.KIND) nor a product of the catalog"),
+                               "front, idle, spare, worst, ahead.KIND) nor a product of the catalog"),
     ("drain-soonest:clock=8h", "setting 'clock' does not apply to drain-soonest, which has no hold clock; it is for "
                                "worst-first"),
     ("worst-first:share=0", "setting 'share=0'"),
@@ -98,6 +98,8 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
     ("worst-first:spare=0", "setting 'spare=0': duration must be > 0"),
     ("worst-first:spare=lately", "setting 'spare=lately'"),
     ("drain-soonest:spare=12h", "setting 'spare' does not apply to drain-soonest, which has no hold clock"),
+    ("worst-first:worst=maybe", "setting 'worst=maybe': must be on or off, got 'maybe'"),
+    ("drain-soonest:worst=on", "setting 'worst' does not apply to drain-soonest, which has no hold clock"),
     ("worst-first:ahead.v100-33=1h", "head start ahead.'v100-33' names no product of the catalog"),
     ("best-effort-fifo:ahead.v100-25x2=1h", "head start ahead.'v100-25x2' names no product"),
     ("worst-first:ahead.v100-50=2d", "head start ahead.v100-50 must be within +-24h, got 48h"),

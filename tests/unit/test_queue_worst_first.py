@@ -91,11 +91,16 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
     checked(q)
 
 
-def two_wholes_and_a_half_waiting(front_share: int | None = None) -> tuple[ClaimQueue, Ledger]:
-    """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s."""
+def two_wholes_and_a_half_waiting(front_share: int | None = None, worst: bool = False,
+                                  lately: dict[str, float] | None = None) -> tuple[ClaimQueue, Ledger]:
+    """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s.
+    ``lately``: each product's recent p99 wait, recorded before the step."""
     ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4,
-                 worst_first=None if front_share is None else WorstFirstSettings(front_share=front_share))
+    settings = WorstFirstSettings(front_share=front_share or FRONT_SHARE, front_worst=worst)
+    q = wf_queue(ledger, max_drain_targets=4, worst_first=settings if front_share or worst else None)
+    for product, tail in (lately or {}).items():
+        for i in range(100):
+            q.view(0.0).book.waits.add(product, tail if i < 2 else 0.0)  # the two longest of 100: the p99
     for node in ("n0", "n1"):
         for g in range(4):
             run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
@@ -146,6 +151,30 @@ def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_st
     q.depart(f"{node}-{g}b", 2000)
     assert [(a.claim, a.allocation.gpus) for a in q.admit(2000)] == [("w0", targets["w0"])]
     assert "w1" in gpus_of(q)  # the share is free again: the next of the front's shape holds
+    no_holds_left(ledger)
+    checked(q)
+
+
+@pytest.mark.parametrize(("worst", "halves", "held"), [
+    (True, 3600.0, {"w0"}),  # halves lately wait longer (p99 1 h against 20 min): the front's own target alone
+    (True, 600.0, {"w0", "w1"}),  # whole cards wait longest lately: their shape holds its share
+    (False, 3600.0, {"w0", "w1"}),  # worst=off (the default): the share whatever the others wait
+])
+def test_worst_on_lets_the_fronts_shape_hold_its_share_only_while_its_product_waits_longest(
+        worst: bool, halves: float, held: set[str]) -> None:
+    """The what-if ``worst=on`` (``front_worst``): the front's shape holds one GPU in ``front`` only while its
+    product's recent p99 wait is the longest; else only the front's own target, and the next claim is told why."""
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4, worst=worst,
+                                              lately={"v100-100": 1200.0, "v100-50": halves})
+    assert set(gpus_of(q)) == held | {"half"} and strategy(q).front() == "w0"
+    why = by_claim(q, 5)
+    assert why["w0"].reason == WAITING_FOR_RESERVATION
+    if "w1" in held:
+        assert why["w1"].reason == WAITING_FOR_RESERVATION
+    else:
+        assert why["w1"].reason == NO_CAPACITY and why["w1"].message.endswith(
+            "claims asking for the same GPUs hold only the longest-waiting one's drain target while v100-50 waits "
+            "longer lately (p99 60 min)"), why["w1"].message
     no_holds_left(ledger)
     checked(q)
 
