@@ -356,7 +356,7 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
                    "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
                    "drain-soonest and worst-first GPUs), horizon; worst-first's clock, share, within, front, "
-                   "idle and spare; ahead.KIND for every strategy (simulations/README.md)")
+                   "idle, spare and worst; ahead.KIND for every strategy (simulations/README.md)")
     g.add_argument("--rho", type=parse_rhos, default=(0.85,),
                    help="target offered load (default 0.85), or several comma-separated (simulate runs each); "
                    "'none' keeps the workload's own timing")
