@@ -56,6 +56,13 @@ def run(nodes: list[int], jobs: list[Job], admission: str, limits: dict[str, flo
     return simulate(ledger, jobs, requests, config, seed)
 
 
+def jobs_of(nodes: list[int], raw: list[tuple[float, float, str, int]], multi: bool = True) -> list[Job]:
+    """The drawn jobs in arrival order; whole cards keep their count of 2 when ``multi`` and a node has 2 cards."""
+    biggest = max(nodes)
+    return sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
+                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+
+
 def violations(sim: Simulation, jobs: list[Job], limits: dict[str, float]) -> list[str]:
     """Jobs that started later than the bound allows, with the figures."""
     L = max(j.duration or 0.0 for j in jobs)
@@ -113,9 +120,7 @@ job = st.tuples(st.floats(0, 3000), st.floats(1, 900), st.sampled_from((*PRODUCT
 def test_every_claim_starts_within_the_drain_soonest_bound(
         nodes: list[int], raw: list[tuple[float, float, str, int]], limits: dict[str, float], cap: int | None,
         seed: int) -> None:
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw)
     sim = run(nodes, jobs, DRAIN_SOONEST, limits, cap, seed)
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
@@ -127,9 +132,7 @@ def test_every_claim_starts_within_the_drain_soonest_bound(
        cap=st.one_of(st.none(), st.integers(1, 4)), seed=st.integers(0, 3), multi=st.booleans())
 def test_every_claim_starts_within_the_worst_first_bound(
         nodes: list[int], raw: list[tuple[float, float, str, int]], cap: int | None, seed: int, multi: bool) -> None:
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw, multi)
     sim = run(nodes, jobs, WORST_FIRST, None, cap, seed)
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
@@ -150,9 +153,7 @@ def test_worst_on_keeps_the_worst_first_bound(
     longest, and the front's own target always holds, so the bound is the same. A product's history speaks after
     2 admissions here (20 in service), targets may take every GPU and the front's shape one in 2, so the
     gate opens and shuts within these short runs."""
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw, multi)
     with patch("packing.running_book.WaitHistory", functools.partial(WaitHistory, min_seen=2)):
         sim = run(nodes, jobs, WORST_FIRST, None, cap, seed,
                   worst_first=WorstFirstSettings(hold_share=1, front_share=2, front_worst=True))
@@ -167,9 +168,7 @@ def test_worst_on_keeps_the_worst_first_bound(
 def test_without_multi_card_holds_single_gpu_claims_keep_the_bound_with_no_delay(
         nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int) -> None:
     """The what-if ``clock=never``: claims of several cards never head, so none delays a single-GPU claim (D = 0)."""
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw)
     sim = run(nodes, jobs, WORST_FIRST, None, None, seed, worst_first=WorstFirstSettings(hold_clock=math.inf))
     assert sim.still_waiting == 0
     assert worst_first_violations(sim, jobs, multi_holds=False) == []
@@ -183,9 +182,7 @@ def test_head_starts_shift_the_worst_first_bound_by_their_spread(
         nodes: list[int], raw: list[tuple[float, float, str, int]], ahead: dict[str, float], seed: int,
         multi: bool) -> None:
     """The what-if ``ahead.KIND``: c starts by arrival_c + (H_max - H_c) + D_c + (A_c + 1) L, A_c in the new order."""
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if multi and p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw, multi)
     sim = run(nodes, jobs, WORST_FIRST, None, None, seed, head_starts=ahead)
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
@@ -201,9 +198,7 @@ def test_within_delays_the_worst_first_bound_by_at_most_l_over_r(
     the hold clock's ceiling at 60 s so that L / R, not the clock, is D: D = max(60 s, L / R). From
     arrival_c + D every claim of several cards ahead of c has waited L / R, and every declared end is within
     L, so a front's target frees within R x its wait and is held as before."""
-    biggest = max(nodes)
-    jobs = sorted((Job(f"j{k}", a, d, 0, count=c if p == "v100-100" and c <= biggest else 1, product=p)
-                   for k, (a, d, p, c) in enumerate(raw)), key=lambda j: j.arrival)
+    jobs = jobs_of(nodes, raw)
     sim = run(nodes, jobs, WORST_FIRST, None, None, seed,
               worst_first=WorstFirstSettings(hold_clock=60.0, hold_within=within))
     assert sim.still_waiting == 0
