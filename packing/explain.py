@@ -342,22 +342,25 @@ def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float
 
 
 def untargeted_message(targets: int, clock: float | None, front_share: int | None = None,
-                       spare: int | None = None, behind: tuple[str, float] | None = None) -> str:
+                       spare: int | None = None, behind: tuple[str, float] | None = None, own: bool = False) -> str:
     """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
     products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
-    ``front_share`` the share of GPUs the claims asking for its GPUs, the front's, already hold for the
-    longer-waiting of them (``spare``: fewer, the GPUs the cluster has had spare lately; host CPU, memory and
-    node constraints aside: ``packing.admission.drain_soonest.gpu_ask``; ``behind``: only the front's own, while
-    that product's recent p99 wait is longer than theirs), else ``targets`` is how many longer-waiting claims have
-    targets."""
+    ``own``: the claims asking for its GPUs hold only the front's own target (host CPU, memory and node
+    constraints aside: ``packing.admission.drain_soonest.gpu_ask``), or ``front_share`` the share of GPUs they
+    already hold for the longer-waiting of them (``spare``: fewer, the GPUs the cluster has had spare lately;
+    ``behind``: only the front's own, while that product's recent p99 wait is longer than theirs), else
+    ``targets`` is how many longer-waiting claims have targets."""
     if clock is not None and math.isinf(clock):
         return "claims that need less start first where they fit; claims of several cards get no drain target here"
     if clock is not None:
         return (f"claims that need less start first where they fit; it gets a drain target once it has waited "
                 f"{span(clock)}, longer than every other product's recent p99 wait")
+    only_own = ("claims that need less start first where they fit; claims asking for the same GPUs hold only the "
+                "longest-waiting one's drain target")
+    if own:
+        return only_own
     if front_share is not None and behind is not None:
-        return (f"claims that need less start first where they fit; claims asking for the same GPUs hold only the "
-                f"longest-waiting one's drain target while {behind[0]} waits longer lately (p99 {span(behind[1])})")
+        return f"{only_own} while {behind[0]} waits longer lately (p99 {span(behind[1])})"
     if front_share is not None and spare is not None:
         return (f"claims that need less start first where they fit; the drain targets of claims asking for the same "
                 f"GPUs, at most the {spare} GPUs the cluster has had spare lately (one GPU in {front_share} at most), "

@@ -356,7 +356,7 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
                    "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
                    "drain-soonest and worst-first GPUs), horizon; worst-first's clock, share, within, front, "
-                   "idle, spare and worst; ahead.KIND for every strategy (simulations/README.md)")
+                   "single, idle, spare and worst; ahead.KIND for every strategy (simulations/README.md)")
     g.add_argument("--rho", type=parse_rhos, default=(0.85,),
                    help="target offered load (default 0.85), or several comma-separated (simulate runs each); "
                    "'none' keeps the workload's own timing")
@@ -457,8 +457,16 @@ class AdmissionChoice:
 
 
 def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Callable[[str], float | None]:
-    """``read``, or ``means`` where the value is the word ``off`` (``off``, ``never``)."""
-    return lambda value: means if value.strip() == off else read(value)
+    """``read``, or ``means`` where the value is the word ``off`` (``off``, ``never``, ``own``); a refusal names
+    the word too."""
+    def parse(value: str) -> float | None:
+        if value.strip() == off:
+            return means
+        try:
+            return read(value)
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{e} (or {off})") from None
+    return parse
 
 
 def on_or_off(value: str) -> bool:
@@ -468,12 +476,20 @@ def on_or_off(value: str) -> bool:
     return value.strip() == "on"
 
 
+def own_or_share(value: str) -> bool:
+    """``own`` (True) or ``share`` (False); anything else is refused with what it takes."""
+    if value.strip() not in ("own", "share"):
+        raise argparse.ArgumentTypeError(f"must be own or share, got {value!r}")
+    return value.strip() == "own"
+
+
 # worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
 WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "clock": ("hold_clock", _or_off(parse_duration, "never", math.inf)),
     "share": ("hold_share", positive_int),
     "within": ("hold_within", _or_off(positive_number, "off", math.inf)),
     "front": ("front_share", positive_int),
+    "single": ("single_own", own_or_share),
     "idle": ("hold_idle", _or_off(positive_number, "off", math.inf)),
     "spare": ("spare_window", _or_off(positive_duration, "off", None)),
     "worst": ("front_worst", on_or_off),

@@ -105,14 +105,18 @@ SPARE_WINDOW = 12 * 3600.0
 
 @dataclass(frozen=True)
 class WorstFirstSettings:
-    """worst-first's seven settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
-    simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:idle=..:spare=..:worst=..``). Not checked
+    """worst-first's eight settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
+    simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:single=..:idle=..:spare=..:worst=..``).
+    Not checked
     on construction: ``check`` refuses a bad one, so the queue refuses it in its own order."""
 
     hold_clock: float = MAX_CLOCK  # seconds: the ceiling D of the multi-card hold clock (inf: never; clock=)
     hold_share: int = HOLD_SHARE  # the targets take at most one GPU in this many (share=)
     hold_within: float = HOLD_WITHIN  # R: a multi-card front holds once one likely frees in R x its wait (within=)
     front_share: int = FRONT_SHARE  # N: the front's shape holds at most one GPU in N (front=)
+    # a what-if: a front of one GPU holds its own target only, the share for fronts of several cards alone
+    # (single=own; share, the default: measured, simulations/README.md)
+    single_own: bool = False
     hold_idle: float = HOLD_IDLE  # K: and within K x its hold clock H (inf: no such limit; idle=)
     # a shape of several cards holds at most the GPUs spare over about this long (None: no such limit; spare=)
     spare_window: float | None = SPARE_WINDOW
@@ -121,8 +125,8 @@ class WorstFirstSettings:
     front_worst: bool = False
 
     def check(self) -> None:
-        """QueueError naming the first setting out of range, checked clock, share, front, within, idle, spare,
-        worst (``worst_first=None`` means every default; of the fields only ``spare_window`` takes None)."""
+        """QueueError naming the first setting out of range, checked clock, share, front, single, within, idle,
+        spare, worst (``worst_first=None`` means every default; of the fields only ``spare_window`` takes None)."""
         if not (_real(self.hold_clock) and self.hold_clock >= 0):
             raise QueueError(f"hold_clock must be a number of seconds >= 0 (inf: never), "
                              f"got {self.hold_clock!r}")
@@ -130,6 +134,8 @@ class WorstFirstSettings:
             raise QueueError(f"hold_share must be a whole number >= 1, got {self.hold_share!r}")
         if not (_whole(self.front_share) and self.front_share >= 1):
             raise QueueError(f"front_share must be a whole number >= 1, got {self.front_share!r}")
+        if not isinstance(self.single_own, bool):
+            raise QueueError(f"single_own must be True or False, got {self.single_own!r}")
         if not (_real(self.hold_within) and self.hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once), "
                              f"got {self.hold_within!r}")
@@ -160,7 +166,9 @@ class HoldClock:
     Infinite R (``within=off``): it holds at once.
 
     ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
-    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before).
+    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the
+    default before). ``single_own`` (the what-if ``single=own``; off by default): a front of one GPU holds its
+    own target only.
 
     ``front_worst`` (the what-if ``worst=on``; off by default): that share only while the front's product is the
     worst served, its recent p99 wait the longest of every product's (``behind``); else the front's own alone."""
@@ -174,6 +182,7 @@ class HoldClock:
         self.hold_within = s.hold_within
         self.hold_idle = s.hold_idle
         self.front_share = s.front_share
+        self.single_own = s.single_own
         self.front_worst = s.front_worst
         self.spare = SpareMeter(s.spare_window) if s.spare_window is not None else None
         # (now, id of the history, kind -> the longest recent p99 of another product and that product)
@@ -184,12 +193,19 @@ class HoldClock:
             return True
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
 
+    def share(self, r: Request) -> int | None:
+        """One GPU in how many the front's shape ``r`` holds: ``front_share``; None (the front's own target only)
+        for one GPU with ``single_own``."""
+        return None if self.single_own and r.count <= 1 else self.front_share
+
     def front_cap(self, view: AdmissionView, r: Request) -> int | None:
-        """The most GPUs the front's shape ``r`` holds: one in ``front_share``; for several cards no more than the
-        GPUs spare lately (``spare_window``) either; with ``front_worst``, one (the front's own) while ``behind``."""
-        if self.behind(view, r) is not None:
-            return 1  # another product is worse served: only the front's own target holds
-        cap = len(view.ledger.gpus) // self.front_share
+        """The most GPUs the front's shape ``r`` holds: one in ``share(r)`` (one GPU, the front's own, where that is
+        None); for several cards no more than the GPUs spare lately (``spare_window``) either; with ``front_worst``,
+        one (the front's own) while ``behind``."""
+        share = self.share(r)
+        if share is None or self.behind(view, r) is not None:
+            return 1  # the front's own target only (single=own, or another product is worse served)
+        cap = len(view.ledger.gpus) // share
         spare = self.spare_lately(view.now) if r.count > 1 else None
         return cap if spare is None else min(cap, math.floor(spare))
 
@@ -337,8 +353,10 @@ class _Lens:
             h = self.strategy.clock.clock(v.book.waits, kind_of(r), v.now)
             clock = h if v.now - w.arrived_at < h else None
         hc = self.strategy.clock
-        share = hc.front_share if asks_same(r, self.capped) else None
+        capped = asks_same(r, self.capped)
+        share = hc.share(r) if capped else None
         behind = hc.behind(v, r) if share is not None else None
         cap = hc.front_cap(v, r) if share is not None and behind is None else None
-        spare = cap if cap is not None and cap < len(v.ledger.gpus) // hc.front_share else None  # spare set it
-        return NO_CAPACITY, f"{message}; {untargeted_message(self.targets, clock, share, spare, behind)}", None
+        spare = cap if cap is not None and share is not None and cap < len(v.ledger.gpus) // share else None
+        why = untargeted_message(self.targets, clock, share, spare, behind, own=capped and share is None)
+        return NO_CAPACITY, f"{message}; {why}", None

@@ -163,6 +163,22 @@ def test_worst_on_keeps_the_worst_first_bound(
 
 
 @settings(max_examples=60, deadline=None)
+@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(busy_job, min_size=10, max_size=40),
+       seed=st.integers(0, 3), multi=st.booleans(), cap=st.integers(2, 6))
+def test_single_own_keeps_the_worst_first_bound(
+        nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int, multi: bool, cap: int) -> None:
+    """The what-if ``single=own``: a front of one GPU holds its own target alone, fronts of several cards their
+    share (one GPU in 2 here, targets on every GPU); the front's own target always holds, so the bound is the same.
+    Bunched arrivals, so that claims of the front's shape wait together and the cap bites."""
+    jobs = jobs_of(nodes, raw, multi)
+    sim = run(nodes, jobs, WORST_FIRST, None, cap, seed,
+              worst_first=WorstFirstSettings(hold_share=1, front_share=2, single_own=True))
+    assert sim.still_waiting == 0
+    assert all(s != NEVER for s in sim.start)
+    assert worst_first_violations(sim, jobs) == []
+
+
+@settings(max_examples=60, deadline=None)
 @given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(job, min_size=1, max_size=40),
        seed=st.integers(0, 3))
 def test_without_multi_card_holds_single_gpu_claims_keep_the_bound_with_no_delay(

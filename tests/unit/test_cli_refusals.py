@@ -78,12 +78,12 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
 
 
 @pytest.mark.parametrize(("setting", "said"), [
-    ("aging-guard:t=5m", "'t' is neither a setting (T, heads, horizon, clock, share, within, front, idle, "
+    ("aging-guard:t=5m", "'t' is neither a setting (T, heads, horizon, clock, share, within, front, single, idle, "
                          "spare, worst, ahead.KIND) nor a product of the catalog (v100-25, v100-50, v100-100); "
                          "did you mean 'T'?"),
     ("aging-guard:X=1", "'X' is neither a setting"),
     ("aging-guard:v100-33=5m", "'v100-33' is neither a setting (T, heads, horizon, clock, share, within, "
-                               "front, idle, spare, worst, ahead.KIND) nor a product of the catalog"),
+                               "front, single, idle, spare, worst, ahead.KIND) nor a product of the catalog"),
     ("drain-soonest:clock=8h", "setting 'clock' does not apply to drain-soonest, which has no hold clock; it is for "
                                "worst-first"),
     ("worst-first:share=0", "setting 'share=0'"),
@@ -92,8 +92,10 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
     ("worst-first:front=0", "setting 'front=0'"),
     ("worst-first:front=half", "setting 'front=half'"),
     ("drain-soonest:front=8", "setting 'front' does not apply to drain-soonest, which has no hold clock"),
+    ("worst-first:single=8", "setting 'single=8': must be own or share, got '8'"),
+    ("drain-soonest:single=8", "setting 'single' does not apply to drain-soonest, which has no hold clock"),
     ("worst-first:idle=0", "setting 'idle=0'"),
-    ("worst-first:idle=twice", "setting 'idle=twice'"),
+    ("worst-first:idle=twice", "setting 'idle=twice': expected a number, got 'twice' (or off)"),
     ("drain-soonest:idle=2", "setting 'idle' does not apply to drain-soonest, which has no hold clock"),
     ("worst-first:spare=0", "setting 'spare=0': duration must be > 0"),
     ("worst-first:spare=lately", "setting 'spare=lately'"),

@@ -92,12 +92,13 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
 
 
 def two_wholes_and_a_half_waiting(front_share: int | None = None, worst: bool = False,
-                                  lately: dict[str, float] | None = None) -> tuple[ClaimQueue, Ledger]:
+                                  lately: dict[str, float] | None = None, own: bool = False
+                                  ) -> tuple[ClaimQueue, Ledger]:
     """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s.
-    ``lately``: each product's recent p99 wait, recorded before the step."""
+    ``lately``: each product's recent p99 wait, recorded before the step; ``own``: ``single=own``."""
     ledger = ledger_with(4, 4)
-    settings = WorstFirstSettings(front_share=front_share or FRONT_SHARE, front_worst=worst)
-    q = wf_queue(ledger, max_drain_targets=4, worst_first=settings if front_share or worst else None)
+    settings = WorstFirstSettings(front_share=front_share or FRONT_SHARE, front_worst=worst, single_own=own)
+    q = wf_queue(ledger, max_drain_targets=4, worst_first=settings if front_share or worst or own else None)
     for product, tail in (lately or {}).items():
         for i in range(100):
             q.view(0.0).book.waits.add(product, tail if i < 2 else 0.0)  # the two longest of 100: the p99
@@ -175,6 +176,43 @@ def test_worst_on_lets_the_fronts_shape_hold_its_share_only_while_its_product_wa
         assert why["w1"].reason == NO_CAPACITY and why["w1"].message.endswith(
             "claims asking for the same GPUs hold only the longest-waiting one's drain target while v100-50 waits "
             "longer lately (p99 60 min)"), why["w1"].message
+    no_holds_left(ledger)
+    checked(q)
+
+
+@pytest.mark.parametrize(("own", "held"), [
+    (True, {"w0"}),  # single=own: a front of one GPU holds its own target alone
+    (False, {"w0", "w1"}),  # share (the default): its shape holds one GPU in front=4, two of the 8
+])
+def test_single_own_lets_a_front_of_one_gpu_hold_only_its_own_target(own: bool, held: set[str]) -> None:
+    """The what-if ``single=own`` (``single_own``): whatever ``front`` says, the shape of a front of one GPU holds
+    the front's own target only, and the next claim of it is told so."""
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4, own=own)
+    assert set(gpus_of(q)) == held | {"half"} and strategy(q).front() == "w0"
+    why = by_claim(q, 5)
+    if own:
+        assert why["w1"].reason == NO_CAPACITY and why["w1"].message.endswith(
+            "claims asking for the same GPUs hold only the longest-waiting one's drain target"), why["w1"].message
+    else:
+        assert why["w1"].reason == WAITING_FOR_RESERVATION
+    no_holds_left(ledger)
+    checked(q)
+
+
+def test_single_own_leaves_a_front_of_several_cards_its_share() -> None:
+    """``single=own`` caps fronts of one GPU only: two pairs on 8 GPUs with ``front=2`` (4 GPUs, two targets) and
+    no spare limit both hold, as without it."""
+    ledger = ledger_with(4, 4)
+    q = wf_queue(ledger, max_drain_targets=4,
+                 worst_first=WorstFirstSettings(front_share=2, spare_window=None, single_own=True))
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q, ledger, f"{node}-{g}a", H, node, g)
+            run(q, ledger, f"{node}-{g}b", Q, node, g)
+    q.arrive(claim("p0", W2, at=0.0))
+    q.arrive(claim("p1", W2, at=1.0))
+    assert q.admit(5.0) == [] and set(gpus_of(q)) == {"p0", "p1"}
+    assert {c: e.reason for c, e in by_claim(q, 5.0).items()} == dict.fromkeys(("p0", "p1"), WAITING_FOR_RESERVATION)
     no_holds_left(ledger)
     checked(q)
 
