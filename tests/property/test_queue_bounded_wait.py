@@ -144,35 +144,24 @@ busy_job = st.tuples(st.floats(0, 600), st.floats(60, 900), st.sampled_from((*PR
                      st.sampled_from([1, 1, 1, 2]))
 
 
+@pytest.mark.parametrize("what_if", [
+    WorstFirstSettings(hold_share=1, front_share=2, front_worst=True),  # worst=on
+    WorstFirstSettings(hold_share=1, front_share=2, single_own=True),  # single=own
+], ids=["worst=on", "single=own"])
 @settings(max_examples=60, deadline=None)
 @given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(busy_job, min_size=10, max_size=40),
        seed=st.integers(0, 3), multi=st.booleans(), cap=st.integers(2, 6))
-def test_worst_on_keeps_the_worst_first_bound(
-        nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int, multi: bool, cap: int) -> None:
-    """The what-if ``worst=on``: the front's shape holds its share only while its product's recent p99 is the
-    longest, and the front's own target always holds, so the bound is the same. A product's history speaks after
-    2 admissions here (20 in service), targets may take every GPU and the front's shape one in 2, so the
-    gate opens and shuts within these short runs."""
+def test_the_fronts_share_what_ifs_keep_the_worst_first_bound(
+        what_if: WorstFirstSettings, nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int,
+        multi: bool, cap: int) -> None:
+    """The what-ifs that let the front's shape hold less than its share: ``worst=on`` (its share only while its
+    product's recent p99 is the longest) and ``single=own`` (a front of one GPU its own target alone). The front's
+    own target always holds, so the bound is the same. A product's history speaks after 2 admissions here (20 in
+    service), targets may take every GPU and the front's shape one in 2, and arrivals are bunched, so claims of
+    the front's shape wait together and the gates open and shut within these short runs."""
     jobs = jobs_of(nodes, raw, multi)
     with patch("packing.running_book.WaitHistory", functools.partial(WaitHistory, min_seen=2)):
-        sim = run(nodes, jobs, WORST_FIRST, None, cap, seed,
-                  worst_first=WorstFirstSettings(hold_share=1, front_share=2, front_worst=True))
-    assert sim.still_waiting == 0
-    assert all(s != NEVER for s in sim.start)
-    assert worst_first_violations(sim, jobs) == []
-
-
-@settings(max_examples=60, deadline=None)
-@given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(busy_job, min_size=10, max_size=40),
-       seed=st.integers(0, 3), multi=st.booleans(), cap=st.integers(2, 6))
-def test_single_own_keeps_the_worst_first_bound(
-        nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int, multi: bool, cap: int) -> None:
-    """The what-if ``single=own``: a front of one GPU holds its own target alone, fronts of several cards their
-    share (one GPU in 2 here, targets on every GPU); the front's own target always holds, so the bound is the same.
-    Bunched arrivals, so that claims of the front's shape wait together and the cap bites."""
-    jobs = jobs_of(nodes, raw, multi)
-    sim = run(nodes, jobs, WORST_FIRST, None, cap, seed,
-              worst_first=WorstFirstSettings(hold_share=1, front_share=2, single_own=True))
+        sim = run(nodes, jobs, WORST_FIRST, None, cap, seed, worst_first=what_if)
     assert sim.still_waiting == 0
     assert all(s != NEVER for s in sim.start)
     assert worst_first_violations(sim, jobs) == []

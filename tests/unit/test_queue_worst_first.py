@@ -45,6 +45,15 @@ def run(q: ClaimQueue, ledger: Ledger, name: str, request: object, node: str, gp
     q.start(name, "filler", request, now=at, time_limit=limit)  # type: ignore[arg-type]
 
 
+def a_quarter_free_on_each(q: ClaimQueue, ledger: Ledger, limits: bool = False) -> None:
+    """A half and a quarter already run on each GPU of n0 and n1 (4 each): a quarter free on each. With ``limits``
+    they declare 1000 + 100 g and 500 + 100 g seconds, g the GPU's index."""
+    for node in ("n0", "n1"):
+        for g in range(4):
+            run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g if limits else None)
+            run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g if limits else None)
+
+
 def strategy(q: ClaimQueue) -> WorstFirst:
     assert isinstance(q.strategy, WorstFirst)
     return q.strategy
@@ -102,10 +111,7 @@ def two_wholes_and_a_half_waiting(front_share: int | None = None, worst: bool = 
     for product, tail in (lately or {}).items():
         for i in range(100):
             q.view(0.0).book.waits.add(product, tail if i < 2 else 0.0)  # the two longest of 100: the p99
-    for node in ("n0", "n1"):
-        for g in range(4):
-            run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
-            run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)  # a quarter free on each GPU
+    a_quarter_free_on_each(q, ledger, limits=True)
     q.arrive(claim("w0", W, at=0))
     q.arrive(claim("w1", W, at=1))
     q.arrive(claim("half", H, at=2))
@@ -205,10 +211,7 @@ def test_single_own_leaves_a_front_of_several_cards_its_share() -> None:
     ledger = ledger_with(4, 4)
     q = wf_queue(ledger, max_drain_targets=4,
                  worst_first=WorstFirstSettings(front_share=2, spare_window=None, single_own=True))
-    for node in ("n0", "n1"):
-        for g in range(4):
-            run(q, ledger, f"{node}-{g}a", H, node, g)
-            run(q, ledger, f"{node}-{g}b", Q, node, g)
+    a_quarter_free_on_each(q, ledger)
     q.arrive(claim("p0", W2, at=0.0))
     q.arrive(claim("p1", W2, at=1.0))
     assert q.admit(5.0) == [] and set(gpus_of(q)) == {"p0", "p1"}
@@ -231,10 +234,7 @@ def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_o
     a whole card asking another CPU got a target of its own, past the share, and steered beside the front's."""
     ledger = zoned_ledger()
     q = wf_queue(ledger, max_drain_targets=4)  # FRONT_SHARE 8: what the front asks holds 1 of the 8 GPUs
-    for node in ("n0", "n1"):
-        for g in range(4):
-            run(q, ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
-            run(q, ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)
+    a_quarter_free_on_each(q, ledger, limits=True)
     other_cpu = replace(W, cpu_milli=4000, host_memory_mib=8192)
     pinned = replace(W, constraints=NodeConstraints(node_selector=(("zone", "b"),)))  # n1 only
     q.arrive(claim("w0", W, at=0))
@@ -250,10 +250,7 @@ def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_o
                                           "most, go to longer-waiting ones"), why[name].message
     # a wider share: each gets a target of its own, and all three are held with the front's (none steers)
     q2 = wf_queue(zoned_ledger(), max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2))
-    for node in ("n0", "n1"):
-        for g in range(4):
-            run(q2, q2.ledger, f"{node}-{g}a", H, node, g, limit=1000.0 + 100 * g)
-            run(q2, q2.ledger, f"{node}-{g}b", Q, node, g, limit=500.0 + 100 * g)
+    a_quarter_free_on_each(q2, q2.ledger, limits=True)
     for i, (name, r) in enumerate((("w0", W), ("w-cpu", other_cpu), ("w-pinned", pinned))):
         q2.arrive(claim(name, r, at=float(i)))
     assert q2.admit(5) == [] and set(gpus_of(q2)) == {"w0", "w-cpu", "w-pinned"}
@@ -273,10 +270,7 @@ def test_a_multi_card_fronts_shape_holds_at_most_the_gpus_spare_lately(spare: fl
     holds 2, the front's own target only, and the second pair is told why; with ``spare=off`` (None) both hold."""
     ledger = ledger_with(4, 4)
     q = wf_queue(ledger, max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2, spare_window=spare))
-    for node in ("n0", "n1"):
-        for g in range(4):
-            run(q, ledger, f"{node}-{g}a", H, node, g)
-            run(q, ledger, f"{node}-{g}b", Q, node, g)
+    a_quarter_free_on_each(q, ledger)
     q.arrive(claim("p0", W2, at=0.0))
     q.arrive(claim("p1", W2, at=1.0))
     assert q.admit(5.0) == [] and set(gpus_of(q)) == {"p0", "p1"}  # nothing observed yet: one GPU in 2 alone
