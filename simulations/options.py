@@ -457,8 +457,8 @@ class AdmissionChoice:
 
 
 def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Callable[[str], float | None]:
-    """``read``, or ``means`` where the value is the word ``off`` (``off``, ``never``, ``own``); a refusal names
-    the word too."""
+    """``read``, or ``means`` where the value is the word ``off`` (``off``, ``never``); a refusal names the word
+    too."""
     def parse(value: str) -> float | None:
         if value.strip() == off:
             return means
@@ -469,18 +469,13 @@ def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Call
     return parse
 
 
-def on_or_off(value: str) -> bool:
-    """``on`` or ``off``; anything else is refused with what it takes."""
-    if value.strip() not in ("on", "off"):
-        raise argparse.ArgumentTypeError(f"must be on or off, got {value!r}")
-    return value.strip() == "on"
-
-
-def own_or_share(value: str) -> bool:
-    """``own`` (True) or ``share`` (False); anything else is refused with what it takes."""
-    if value.strip() not in ("own", "share"):
-        raise argparse.ArgumentTypeError(f"must be own or share, got {value!r}")
-    return value.strip() == "own"
+def either(yes: str, no: str) -> Callable[[str], bool]:
+    """A reader of the word ``yes`` (True) or ``no`` (False); anything else is refused with what it takes."""
+    def parse(value: str) -> bool:
+        if value.strip() not in (yes, no):
+            raise argparse.ArgumentTypeError(f"must be {yes} or {no}, got {value!r}")
+        return value.strip() == yes
+    return parse
 
 
 # worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
@@ -489,10 +484,10 @@ WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "share": ("hold_share", positive_int),
     "within": ("hold_within", _or_off(positive_number, "off", math.inf)),
     "front": ("front_share", positive_int),
-    "single": ("single_own", own_or_share),
+    "single": ("single_own", either("own", "share")),
     "idle": ("hold_idle", _or_off(positive_number, "off", math.inf)),
     "spare": ("spare_window", _or_off(positive_duration, "off", None)),
-    "worst": ("front_worst", on_or_off),
+    "worst": ("front_worst", either("on", "off")),
 }
 # a product's own age limit: AGING
 SETTINGS = {"T": AGING, "heads": AGING, "horizon": (DRAIN_SOONEST, WORST_FIRST)} | {

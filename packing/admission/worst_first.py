@@ -107,8 +107,7 @@ SPARE_WINDOW = 12 * 3600.0
 class WorstFirstSettings:
     """worst-first's eight settings, each its module default unless given (``ClaimQueue(worst_first=...)``; the
     simulator's ``--admission worst-first:clock=..:share=..:within=..:front=..:single=..:idle=..:spare=..:worst=..``).
-    Not checked
-    on construction: ``check`` refuses a bad one, so the queue refuses it in its own order."""
+    Not checked on construction: ``check`` refuses a bad one, so the queue refuses it in its own order."""
 
     hold_clock: float = MAX_CLOCK  # seconds: the ceiling D of the multi-card hold clock (inf: never; clock=)
     hold_share: int = HOLD_SHARE  # the targets take at most one GPU in this many (share=)
@@ -166,9 +165,8 @@ class HoldClock:
     Infinite R (``within=off``): it holds at once.
 
     ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
-    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the
-    default before). ``single_own`` (the what-if ``single=own``; off by default): a front of one GPU holds its
-    own target only.
+    GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before).
+    ``single_own`` (the what-if ``single=own``; off by default): a front of one GPU holds its own target only.
 
     ``front_worst`` (the what-if ``worst=on``; off by default): that share only while the front's product is the
     worst served, its recent p99 wait the longest of every product's (``behind``); else the front's own alone."""
