@@ -354,7 +354,9 @@ class _Lens:
         capped = asks_same(r, self.capped)
         share = hc.share(r) if capped else None
         behind = hc.behind(v, r) if share is not None else None
-        cap = hc.front_cap(v, r) if share is not None and behind is None else None
-        spare = cap if cap is not None and share is not None and cap < len(v.ledger.gpus) // share else None
+        spare = None  # the spare cap, where it and not the share set how many hold
+        if share is not None and behind is None:
+            cap = hc.front_cap(v, r)
+            spare = cap if cap is not None and cap < len(v.ledger.gpus) // share else None
         why = untargeted_message(self.targets, clock, share, spare, behind, own=capped and share is None)
         return NO_CAPACITY, f"{message}; {why}", None
