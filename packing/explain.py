@@ -342,14 +342,16 @@ def front_blocked_message(head: WaitingClaim, where: str, now: float, est: float
 
 
 def untargeted_message(targets: int, clock: float | None, front_share: int | None = None,
-                       spare: int | None = None, behind: tuple[str, float] | None = None, own: bool = False) -> str:
+                       spare: int | None = None, behind: tuple[str, float] | None = None, own: bool = False,
+                       unsure: bool = False) -> str:
     """Why, under worst-first, a claim that fits nowhere has no drain target, and why younger claims of other
     products may start before it: ``clock`` is the hold clock it has not reached yet (several cards), else
     ``own``: the claims asking for its GPUs hold only the front's own target (host CPU, memory and node
     constraints aside: ``packing.admission.drain_soonest.gpu_ask``), or ``front_share`` the share of GPUs they
     already hold for the longer-waiting of them (``spare``: fewer, the GPUs the cluster has had spare lately;
     ``behind``: only the front's own, while that product's recent p99 wait is longer than theirs), else
-    ``targets`` is how many longer-waiting claims have targets."""
+    ``targets`` is how many longer-waiting claims have targets. ``unsure`` (with ``own``): they would hold more
+    were the front's GPUs freed by declared runtimes."""
     if clock is not None and math.isinf(clock):
         return "claims that need less start first where they fit; claims of several cards get no drain target here"
     if clock is not None:
@@ -357,6 +359,8 @@ def untargeted_message(targets: int, clock: float | None, front_share: int | Non
                 f"{span(clock)}, longer than every other product's recent p99 wait")
     only_own = ("claims that need less start first where they fit; claims asking for the same GPUs hold only the "
                 "longest-waiting one's drain target")
+    if own and unsure:
+        return f"{only_own} until the pods on its GPUs declare runtimes"
     if own:
         return only_own
     if front_share is not None and behind is not None:

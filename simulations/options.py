@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from packing.admission.worst_first import SINGLE_FRONTS
 from packing.argtypes import positive_int, positive_number, readable_file
 from packing.policies import DEFAULT_POLICY, POLICIES, policy_names
 from packing.products import Catalog
@@ -356,7 +357,8 @@ def queue_options(ap: argparse.ArgumentParser) -> None:
                    f"one of: {', '.join(ADMISSION_POLICIES)}; settings as NAME:key=value:..., keys T (age "
                    "limit), PRODUCT (its age limit), heads (the cap on drain targets: aging-guard claims, "
                    "drain-soonest and worst-first GPUs), horizon; worst-first's clock, share, within, front, "
-                   "single, idle, spare and worst; ahead.KIND for every strategy (simulations/README.md)")
+                   "single (sure, own or share), idle, spare and worst; ahead.KIND for every strategy "
+                   "(simulations/README.md)")
     g.add_argument("--rho", type=parse_rhos, default=(0.85,),
                    help="target offered load (default 0.85), or several comma-separated (simulate runs each); "
                    "'none' keeps the workload's own timing")
@@ -478,13 +480,22 @@ def either(yes: str, no: str) -> Callable[[str], bool]:
     return parse
 
 
+def one_of(*words: str) -> Callable[[str], str]:
+    """A reader of one of ``words``; anything else is refused with what it takes."""
+    def parse(value: str) -> str:
+        if value.strip() not in words:
+            raise argparse.ArgumentTypeError(f"must be {', '.join(words[:-1])} or {words[-1]}, got {value!r}")
+        return value.strip()
+    return parse
+
+
 # worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
 WORST_FIRST_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "clock": ("hold_clock", _or_off(parse_duration, "never", math.inf)),
     "share": ("hold_share", positive_int),
     "within": ("hold_within", _or_off(positive_number, "off", math.inf)),
     "front": ("front_share", positive_int),
-    "single": ("single_own", either("own", "share")),
+    "single": ("single_front", one_of(*SINGLE_FRONTS)),
     "idle": ("hold_idle", _or_off(positive_number, "off", math.inf)),
     "spare": ("spare_window", _or_off(positive_duration, "off", None)),
     "worst": ("front_worst", either("on", "off")),

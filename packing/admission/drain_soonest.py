@@ -83,8 +83,9 @@ class Holding(Protocol):
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         """May this starving claim, which fits nowhere off the targets, hold a target now?"""
 
-    def front_cap(self, view: AdmissionView, r: Request) -> int | None:
-        """Where targets steer: the most GPUs the front's shape ``r`` holds (its first head's always); None: no cap."""
+    def front_cap(self, view: AdmissionView, r: Request, declared: bool) -> int | None:
+        """Where targets steer: the most GPUs the front's shape ``r`` holds (its first head's always); None: no cap.
+        ``declared``: declared ends alone free a target of the front's (``DrainSoonest.front_declared``)."""
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
         """Where targets steer: the front's targets are held only once one likely (``FRONT_CHANCE``) frees
@@ -124,7 +125,7 @@ class _Strict:
     def may_head(self, view: AdmissionView, claim: WaitingClaim) -> bool:
         return True
 
-    def front_cap(self, view: AdmissionView, r: Request) -> int | None:
+    def front_cap(self, view: AdmissionView, r: Request, declared: bool) -> int | None:
         return None  # every head's targets are held: no front
 
     def front_horizon(self, view: AdmissionView, claim: WaitingClaim) -> float | None:
@@ -167,6 +168,7 @@ class DrainSoonest:
         self._heads: dict[str, _Head] = {}  # after the last step: head -> the target shown as its own
         self._front: Request | None = None  # after the last step: the shape of its first head (held strictly)
         self._front_pending: float | None = None  # after the last step: the front's horizon while it steers
+        self._front_declared = False  # after the last step: declared ends alone free a target of the front's
 
     def cap(self, ledger: Ledger) -> int:
         """How many GPUs the heads' targets may take at once (the first head's always): ``max_heads``,
@@ -189,7 +191,12 @@ class DrainSoonest:
         if r is None or front is None or front not in view.order:
             return None
         heads = sum(1 for c, h in self._heads.items() if asks_same(h.claim.request, r) and c in view.order)
-        return r if past_front_share(heads, r, self.holding.front_cap(view, r)) else None
+        return r if past_front_share(heads, r, self.holding.front_cap(view, r, self._front_declared)) else None
+
+    def front_declared(self) -> bool:
+        """After the last step: whether the declared ends of the claims on a target of the front's alone free it
+        (its ``drains_by`` is known); False without a front."""
+        return self._front_declared
 
     def front_pending(self) -> float | None:
         """After the last step: the front's horizon while its targets steer (``Holding.front_horizon``), else None."""
@@ -260,6 +267,7 @@ class _Step:
         self.s._heads = self._shown()
         self.s._front = self.front if self.front is not None and self.heads.get(self.front) else None
         self.s._front_pending = self._front_horizon() if self.s._front is not None else None
+        self.s._front_declared = self.s._front is not None and self._front_declared()
         return self.out
 
     # ---- the pools ---------------------------------------------------------------------------------
@@ -364,7 +372,8 @@ class _Step:
                 continue  # the first head always holds its target; the others only within the cap
             if not self.s.holding.may_head(v, w):
                 continue  # not yet (its shape's later claims waited less)
-            if self._of_front(r) and past_front_share(self._front_heads(), r, self.s.holding.front_cap(v, r)):
+            if self._of_front(r) and past_front_share(self._front_heads(), r,
+                                                      self.s.holding.front_cap(v, r, self._front_declared())):
                 continue  # the front's ask already holds its share; the front itself always holds
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
@@ -390,6 +399,10 @@ class _Step:
     def _front_heads(self) -> int:
         """This step's heads asking for what the front asks."""
         return sum(len(heads) for shape, heads in self.heads.items() if self._of_front(shape))
+
+    def _front_declared(self) -> bool:
+        """Do the declared ends alone free a target of the front's (rescored now: ``drains_by`` known)?"""
+        return any(self._rescored(shape, p.target).drains_by is not None for shape, p in self._front_pools())
 
     def _front_pools(self) -> list[tuple[Request, _Pooled]]:
         """The targets of the heads asking for what the front asks, each with its shape."""

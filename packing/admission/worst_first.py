@@ -32,7 +32,10 @@ Rule, per step (``packing/QUEUE.md``, *worst-first*; measured against the goal i
    waited and at most about twice as long as the other products' tail, not for the two days a long
    job may still run.
    The held targets take at most one GPU in ``FRONT_SHARE`` (8; the front's own always): the other
-   claims of the front's shape wait in line, and the room is left to the shapes that steer. A shape of
+   claims of the front's shape wait in line, and the room is left to the shapes that steer. A front of
+   one GPU's shape holds that share only while the declared ends of the claims on a target of the front's
+   alone free it (``single_front``, ``SINGLE_SURE``), else the front's own target alone: without declared
+   runtimes the extra targets' drain is a guess, which cost whole cards as often as it helped them. A shape of
    several cards holds no more than the GPUs the cluster has had spare lately either
    (``packing.admission.spare``: free capacity after each step, time mean over ``SPARE_WINDOW``, 12 h):
    where there is room to spare (ρ 0.85: 83 % used, about 10 of 64 GPUs free) two 4-card targets hold,
@@ -101,6 +104,11 @@ FRONT_SHARE = 8
 # built-in mix, 30 seeds: at 0.95 one product sacrificed, 1.06 x its limit, where four were, up to 1.91 x; at
 # 1.1 its capacity back; at 0.85 its 4-card cut lost, 0.97 x best effort's where 0.78; 6 h and 24 h did worse)
 SPARE_WINDOW = 12 * 3600.0
+# how much the shape of a front of one GPU holds (``WorstFirstSettings.single_front``; the simulator's single=)
+SINGLE_OWN = "own"  # the front's own target alone
+SINGLE_SURE = "sure"  # its share while the front's own target drains by declared ends, else its own alone
+SINGLE_SHARE = "share"  # its share, one GPU in FRONT_SHARE, whatever the ends
+SINGLE_FRONTS = (SINGLE_OWN, SINGLE_SURE, SINGLE_SHARE)
 
 
 @dataclass(frozen=True)
@@ -113,9 +121,11 @@ class WorstFirstSettings:
     hold_share: int = HOLD_SHARE  # the targets take at most one GPU in this many (share=)
     hold_within: float = HOLD_WITHIN  # R: a multi-card front holds once one likely frees in R x its wait (within=)
     front_share: int = FRONT_SHARE  # N: the front's shape holds at most one GPU in N (front=)
-    # a what-if: a front of one GPU holds its own target only, the share for fronts of several cards alone
-    # (single=own; share, the default: measured, simulations/README.md)
-    single_own: bool = False
+    # how much a front of one GPU's shape holds: its share only while the front's own target drains by declared
+    # ends (sure), else the front's own target alone (single=sure); own: always its own alone; share: always its
+    # share (the default before). Protocol B: without declared runtimes the share's one measurable step from best
+    # effort (gpushare40 at 0.85, 30 seeds) is gone; with them its cut stays (simulations/README.md)
+    single_front: str = SINGLE_SURE
     hold_idle: float = HOLD_IDLE  # K: and within K x its hold clock H (inf: no such limit; idle=)
     # a shape of several cards holds at most the GPUs spare over about this long (None: no such limit; spare=)
     spare_window: float | None = SPARE_WINDOW
@@ -133,8 +143,8 @@ class WorstFirstSettings:
             raise QueueError(f"hold_share must be a whole number >= 1, got {self.hold_share!r}")
         if not (_whole(self.front_share) and self.front_share >= 1):
             raise QueueError(f"front_share must be a whole number >= 1, got {self.front_share!r}")
-        if not isinstance(self.single_own, bool):
-            raise QueueError(f"single_own must be True or False, got {self.single_own!r}")
+        if self.single_front not in SINGLE_FRONTS:
+            raise QueueError(f"single_front must be one of {', '.join(SINGLE_FRONTS)}, got {self.single_front!r}")
         if not (_real(self.hold_within) and self.hold_within > 0):
             raise QueueError(f"hold_within must be a ratio > 0 (inf: a front holds at once), "
                              f"got {self.hold_within!r}")
@@ -166,7 +176,9 @@ class HoldClock:
 
     ``front_share`` N (``FRONT_SHARE``; the simulator's ``front=N``): the front's shape holds at most one
     GPU in N, the front's own target always (``front=4``, the targets' own cap, was the default before).
-    ``single_own`` (the what-if ``single=own``; off by default): a front of one GPU holds its own target only.
+    ``single_front`` (``SINGLE_SURE``; the simulator's ``single=sure``): a front of one GPU holds that share only
+    while its own target drains by declared ends (``DrainSoonest.front_declared``), else its own target
+    alone; ``single=own``: its own alone always; ``single=share``: the share always (the default before).
 
     ``front_worst`` (the what-if ``worst=on``; off by default): that share only while the front's product is the
     worst served, its recent p99 wait the longest of every product's (``behind``); else the front's own alone."""
@@ -180,7 +192,7 @@ class HoldClock:
         self.hold_within = s.hold_within
         self.hold_idle = s.hold_idle
         self.front_share = s.front_share
-        self.single_own = s.single_own
+        self.single_front = s.single_front
         self.front_worst = s.front_worst
         self.spare = SpareMeter(s.spare_window) if s.spare_window is not None else None
         # (now, id of the history, kind -> the longest recent p99 of another product and that product)
@@ -191,18 +203,21 @@ class HoldClock:
             return True
         return view.now - claim.arrived_at >= self.clock(view.book.waits, kind_of(claim.request), view.now)
 
-    def share(self, r: Request) -> int | None:
+    def share(self, r: Request, declared: bool) -> int | None:
         """One GPU in how many the front's shape ``r`` holds: ``front_share``; None (the front's own target only)
-        for one GPU with ``single_own``."""
-        return None if self.single_own and r.count <= 1 else self.front_share
+        for one GPU under ``single_front`` own, or sure while not ``declared`` (declared ends alone free no
+        target of the front's)."""
+        if r.count <= 1 and (self.single_front == SINGLE_OWN or (self.single_front == SINGLE_SURE and not declared)):
+            return None
+        return self.front_share
 
-    def front_cap(self, view: AdmissionView, r: Request) -> int | None:
-        """The most GPUs the front's shape ``r`` holds: one in ``share(r)`` (one GPU, the front's own, where that is
-        None); for several cards no more than the GPUs spare lately (``spare_window``) either; with ``front_worst``,
-        one (the front's own) while ``behind``."""
-        share = self.share(r)
+    def front_cap(self, view: AdmissionView, r: Request, declared: bool) -> int | None:
+        """The most GPUs the front's shape ``r`` holds: one in ``share(r, declared)`` (one GPU, the front's own, where
+        that is None); for several cards no more than the GPUs spare lately (``spare_window``) either; with
+        ``front_worst``, one (the front's own) while ``behind``."""
+        share = self.share(r, declared)
         if share is None or self.behind(view, r) is not None:
-            return 1  # the front's own target only (single=own, or another product is worse served)
+            return 1  # the front's own target only (single=own or not sure, or another product is worse served)
         cap = len(view.ledger.gpus) // share
         spare = self.spare_lately(view.now) if r.count > 1 else None
         return cap if spare is None else min(cap, math.floor(spare))
@@ -352,11 +367,14 @@ class _Lens:
             clock = h if v.now - w.arrived_at < h else None
         hc = self.strategy.clock
         capped = asks_same(r, self.capped)
-        share = hc.share(r) if capped else None
+        declared = self.strategy.drain.front_declared()
+        share = hc.share(r, declared) if capped else None
         behind = hc.behind(v, r) if share is not None else None
         spare = None  # the spare cap, where it and not the share set how many hold
         if share is not None and behind is None:
-            cap = hc.front_cap(v, r)
+            cap = hc.front_cap(v, r, declared)
             spare = cap if cap is not None and cap < len(v.ledger.gpus) // share else None
-        why = untargeted_message(self.targets, clock, share, spare, behind, own=capped and share is None)
+        own = capped and share is None
+        why = untargeted_message(self.targets, clock, share, spare, behind, own=own,
+                                 unsure=own and hc.single_front == SINGLE_SURE)
         return NO_CAPACITY, f"{message}; {why}", None

@@ -145,20 +145,24 @@ busy_job = st.tuples(st.floats(0, 600), st.floats(60, 900), st.sampled_from((*PR
 
 
 @pytest.mark.parametrize("what_if", [
-    WorstFirstSettings(hold_share=1, front_share=2, front_worst=True),  # worst=on
-    WorstFirstSettings(hold_share=1, front_share=2, single_own=True),  # single=own
-], ids=["worst=on", "single=own"])
+    WorstFirstSettings(hold_share=1, front_share=2),  # single=sure, the default: the share while ends are declared
+    WorstFirstSettings(hold_share=1, front_share=2, single_front="own"),  # a front of one GPU its own target alone
+    WorstFirstSettings(hold_share=1, front_share=2, single_front="share"),  # the share for it too
+    WorstFirstSettings(hold_share=1, front_share=2, single_front="share", front_worst=True),  # and worst=on
+], ids=["single=sure", "single=own", "single=share", "worst=on"])
 @settings(max_examples=60, deadline=None)
 @given(nodes=st.lists(st.integers(1, 4), min_size=1, max_size=3), raw=st.lists(busy_job, min_size=10, max_size=40),
        seed=st.integers(0, 3), multi=st.booleans(), cap=st.integers(2, 6))
-def test_the_fronts_share_what_ifs_keep_the_worst_first_bound(
+def test_the_fronts_share_settings_keep_the_worst_first_bound(
         what_if: WorstFirstSettings, nodes: list[int], raw: list[tuple[float, float, str, int]], seed: int,
         multi: bool, cap: int) -> None:
-    """The what-ifs that let the front's shape hold less than its share: ``worst=on`` (its share only while its
-    product's recent p99 is the longest) and ``single=own`` (a front of one GPU its own target alone). The front's
-    own target always holds, so the bound is the same. A product's history speaks after 2 admissions here (20 in
-    service), targets may take every GPU and the front's shape one in 2, and arrivals are bunched, so claims of
-    the front's shape wait together and the gates open and shut within these short runs."""
+    """How much the front's shape holds: ``single=sure`` (the default: a front of one GPU its share while declared
+    ends free its own target, else that target alone; a front of several cards its share), ``single=own`` (a front
+    of one GPU its own target alone), ``single=share`` (the share for every front) and with it ``worst=on`` (the
+    share only while the front's product's recent p99 is the longest). The front's own target always holds, so the
+    bound is the same. A product's history speaks after 2 admissions here (20 in service),
+    targets may take every GPU and the front's shape one in 2, and arrivals are bunched, so claims of the front's
+    shape wait together and the gates open and shut within these short runs."""
     jobs = jobs_of(nodes, raw, multi)
     with patch("packing.running_book.WaitHistory", functools.partial(WaitHistory, min_seen=2)):
         sim = run(nodes, jobs, WORST_FIRST, None, cap, seed, worst_first=what_if)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packing.admission import AgingGuard, DrainSoonest, WorstFirst
+from packing.admission import AgingGuard, DrainSoonest, WorstFirst, WorstFirstSettings
 from packing.drain import claims_by_gpu, gpu_target
 from packing.entitlements import Entitlement, Usage, UsageBook, shortfall
 from packing.explain import (
@@ -82,17 +83,24 @@ class _Snapshot(UsageBook):
         return self.usage.milli
 
 
-def random_queue(seed: int) -> tuple[ClaimQueue, float]:
-    """A queue over a small, partly full cluster, with waiting claims and entitlements; and a ``now``."""
+def random_queue(seed: int, single: str | None = None) -> tuple[ClaimQueue, float]:
+    """A queue over a small, partly full cluster, with waiting claims and entitlements; and a ``now``. Under
+    worst-first, ``single`` picks what a front of one GPU's shape holds (``single_front``; None: at random)."""
     rng = random.Random(seed)
     ledger = Ledger()
     for n in range(rng.randint(1, 4)):
         cpu = rng.choice((None, None, 8000))
         ledger.add_node(f"n{n}", [(f"n{n}-g{i}", V100, 32768) for i in range(rng.randint(1, 3))], cpu, None)
     ttl = rng.choice((None, 120.0))
-    q = ClaimQueue(ledger, POLICIES[rng.choice(sorted(POLICIES))], rng.choice(ADMISSION_POLICIES),
+    admission = rng.choice(ADMISSION_POLICIES)
+    # worst-first: the default (single=own) or the what-if single=share, the front's share for one GPU too
+    fronts = (None, WorstFirstSettings(single_front="own"), WorstFirstSettings(single_front="share"))
+    settings = rng.choice(fronts) if admission == WORST_FIRST else None
+    if single is not None and admission == WORST_FIRST:
+        settings = WorstFirstSettings(single_front=single)
+    q = ClaimQueue(ledger, POLICIES[rng.choice(sorted(POLICIES))], admission,
                    age_limits=rng.choice(({}, {"v100-25": 300.0})), reservation_ttl=ttl,
-                   default_age_limit=rng.choice((600.0, 1800.0)))
+                   default_age_limit=rng.choice((600.0, 1800.0)), worst_first=settings)
     now = rng.uniform(0.0, 3000.0)
     for i in range(rng.randint(0, 10)):  # running claims, some declaring an end
         r = rng.choice(REQUESTS)
@@ -165,6 +173,7 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
     pending: float | None = None  # worst-first: the horizon while the front's targets steer too
     capped: Request | None = None  # worst-first: the front's shape once it holds its share
     share: int | None = None
+    own = unsure = False  # worst-first: the front is of one GPU and holds its own target alone (and why)
     spare_cap: int | None = None  # worst-first: the front's shape of several cards, capped below its share by spare
     if isinstance(guard, WorstFirst):  # only the front's targets are held; the others steer
         front = guard.front()
@@ -175,9 +184,15 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                                    and not math.isinf(guard.clock.hold_within))
         held_heads = {c: t for c, t in drain_heads.items() if q.claim(c).request == front_kind and pending is None}
         # the front's shape at its share (one GPU in front_share, the front's own at least): no more targets for it
-        # and, for several cards, no more than the GPUs spare lately (the meter's mean, floored)
-        share = guard.clock.front_share
-        cap = len(q.ledger.gpus) // share
+        # and, for several cards, no more than the GPUs spare lately (the meter's mean, floored); a front of one
+        # GPU: its own target alone under single=own, and under single=sure unless declared ends free its targets
+        declared = any(t.drains_by is not None for c, t in drain_heads.items() if q.claim(c).request == front_kind)
+        single = guard.clock.single_front
+        own = (front_kind is not None and front_kind.count <= 1
+               and (single == "own" or (single == "sure" and not declared)))
+        unsure = own and single == "sure"
+        share = None if own else guard.clock.front_share
+        cap = 1 if share is None else len(q.ledger.gpus) // share
         spare = guard.clock.spare_lately(now) if front_kind is not None and front_kind.count > 1 else None
         if spare is not None and math.floor(spare) < cap:
             cap = spare_cap = math.floor(spare)
@@ -265,7 +280,9 @@ def reference_explain(q: ClaimQueue, now: float) -> list[Explanation]:
                         h = guard.clock.clock(book.waits, kind_of(r), now)
                         clock = h if now - w.arrived_at < h else None
                     at_share, at_spare = (share, spare_cap) if r == capped else (None, None)
-                    message = f"{message}; {untargeted_message(len(guard.gpu_targets()), clock, at_share, at_spare)}"
+                    why = untargeted_message(len(guard.gpu_targets()), clock, at_share, at_spare,
+                                             own=own and r == capped, unsure=unsure and r == capped)
+                    message = f"{message}; {why}"
         per_product[product] = per_product.get(product, 0) + 1
         waited = max(0.0, now - w.arrived_at)
         lately = book.waits.lately(kind_of(r))
@@ -288,17 +305,32 @@ def test_explain_matches_the_per_claim_reference(seed: int) -> None:
     q.verify()
 
 
+# what a claim of a front of one GPU's shape past its share is told: its own target alone (own), the same until
+# runtimes are declared (sure), the share (share)
+FRONT_WORDS = (r"hold only the longest-waiting one's drain target\Z", "until the pods on its GPUs declare runtimes",
+               "one GPU in 8 at most")
+
+
 def test_the_random_queues_reach_every_reason_and_policy() -> None:
     """The comparison above is only as good as its queues: together they reach every reason under
-    every admission policy, and an estimated start both known and unknown."""
+    every admission policy, an estimated start both known and unknown, and under worst-first's settings of
+    ``single`` each thing a claim of a front of one GPU's shape past its share is told."""
     seen: set[tuple[str, str]] = set()
     estimates: set[bool] = set()
-    for seed in range(400):
-        q, now = random_queue(seed)
-        got = q.explain(now)
-        assert got == reference_explain(q, now)
-        seen.update((q.admission, e.reason) for e in got)
-        estimates.update(e.estimated_start is not None for e in got if e.reason == WAITING_FOR_RESERVATION)
+    fronts: set[str] = set()  # worst-first: what a claim of the front's one-GPU shape past its cap is told
+    for seed in range(1700):  # a front of one GPU past its share with undeclared ends: 1 queue in about 500
+        for single in (None, "sure", "own", "share"):
+            if single is None and seed >= 400:
+                continue
+            q, now = random_queue(seed, single)
+            if single is not None and q.admission != WORST_FIRST:
+                continue
+            got = q.explain(now)
+            assert got == reference_explain(q, now)
+            seen.update((q.admission, e.reason) for e in got)
+            estimates.update(e.estimated_start is not None for e in got if e.reason == WAITING_FOR_RESERVATION)
+            fronts.update(said for e in got if q.claim(e.claim).request.count == 1
+                          for said in FRONT_WORDS if re.search(said, e.message))
     expected = {(a, r) for a in ADMISSION_POLICIES for r in REASONS  # pod groups' own: tests/*/test_group_*
                 if r not in (WAITING_FOR_RESERVATION, BLOCKED_BY_HEAD_OF_LINE, WAITING_FOR_MEMBERS, INVALID_GROUP)}
     expected |= {(STRICT_FIFO, BLOCKED_BY_HEAD_OF_LINE), (AGING_GUARD, BLOCKED_BY_HEAD_OF_LINE),
@@ -307,6 +339,7 @@ def test_the_random_queues_reach_every_reason_and_policy() -> None:
                  (WORST_FIRST, WAITING_FOR_RESERVATION)}
     assert expected <= seen, f"never reached: {sorted(expected - seen)}"
     assert estimates == {True, False}
+    assert fronts == set(FRONT_WORDS)  # own, own until declared (sure), and the share
 
 
 def test_fast_explanations_equal_constructed_ones() -> None:

@@ -92,7 +92,7 @@ def test_row_1_a_node_list_without_its_pod_list_is_refused(files: dict[str, str]
     ("worst-first:front=0", "setting 'front=0'"),
     ("worst-first:front=half", "setting 'front=half'"),
     ("drain-soonest:front=8", "setting 'front' does not apply to drain-soonest, which has no hold clock"),
-    ("worst-first:single=8", "setting 'single=8': must be own or share, got '8'"),
+    ("worst-first:single=8", "setting 'single=8': must be own, sure or share, got '8'"),
     ("drain-soonest:single=8", "setting 'single' does not apply to drain-soonest, which has no hold clock"),
     ("worst-first:idle=0", "setting 'idle=0'"),
     ("worst-first:idle=twice", "setting 'idle=twice': expected a number, got 'twice' (or off)"),

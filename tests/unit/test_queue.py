@@ -378,8 +378,8 @@ def test_waiting_claim_takes_arrival_and_priority_by_keyword_only() -> None:
          "front_share must be a whole number >= 1"),
         ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(front_worst="on")},  # type: ignore[arg-type]
          "front_worst must be True or False"),
-        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(single_own=1)},  # type: ignore[arg-type]
-         "single_own must be True or False"),
+        ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(single_front="mine")},
+         "single_front must be one of own, sure, share"),
         ({"admission": DRAIN_SOONEST, "worst_first": WorstFirstSettings(front_share=8)},
          "worst-first's settings, not drain-soonest's"),
         ({"admission": WORST_FIRST, "worst_first": WorstFirstSettings(hold_idle=0.0)},

@@ -12,6 +12,7 @@ import pytest
 from packing.admission import WorstFirst
 from packing.admission.holds import is_hold
 from packing.admission.worst_first import (
+    DEFAULT_SETTINGS,
     FRONT_SHARE,
     HOLD_IDLE,
     HOLD_WITHIN,
@@ -101,17 +102,20 @@ def test_the_longest_waiting_claim_is_the_front_whatever_its_product() -> None:
 
 
 def two_wholes_and_a_half_waiting(front_share: int | None = None, worst: bool = False,
-                                  lately: dict[str, float] | None = None, own: bool = False
-                                  ) -> tuple[ClaimQueue, Ledger]:
+                                  lately: dict[str, float] | None = None, single: str | None = None,
+                                  limits: bool = True) -> tuple[ClaimQueue, Ledger]:
     """8 GPUs with a quarter free on each; whole cards w0, w1 and a half wait (none fits), one step at 5 s.
-    ``lately``: each product's recent p99 wait, recorded before the step; ``own``: ``single=own``."""
+    ``lately``: each product's recent p99 wait, recorded before the step; ``single``: ``single=`` (own, sure or
+    share; nothing given: every default); ``limits``: the running claims declare their runtimes."""
     ledger = ledger_with(4, 4)
-    settings = WorstFirstSettings(front_share=front_share or FRONT_SHARE, front_worst=worst, single_own=own)
-    q = wf_queue(ledger, max_drain_targets=4, worst_first=settings if front_share or worst or own else None)
+    settings = WorstFirstSettings(front_share=front_share or FRONT_SHARE, front_worst=worst,
+                                  single_front=single or DEFAULT_SETTINGS.single_front)
+    given = front_share or worst or single is not None
+    q = wf_queue(ledger, max_drain_targets=4, worst_first=settings if given else None)
     for product, tail in (lately or {}).items():
         for i in range(100):
             q.view(0.0).book.waits.add(product, tail if i < 2 else 0.0)  # the two longest of 100: the p99
-    a_quarter_free_on_each(q, ledger, limits=True)
+    a_quarter_free_on_each(q, ledger, limits=limits)
     q.arrive(claim("w0", W, at=0))
     q.arrive(claim("w1", W, at=1))
     q.arrive(claim("half", H, at=2))
@@ -120,7 +124,7 @@ def two_wholes_and_a_half_waiting(front_share: int | None = None, worst: bool = 
 
 
 def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_hold() -> None:
-    q, ledger = two_wholes_and_a_half_waiting(front_share=4)  # the front's shape may hold 2 of the 8 GPUs
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4, single="share")  # its shape may hold 2 of 8
     targets = gpus_of(q)
     assert set(targets) == {"w0", "w1", "half"} and strategy(q).front() == "w0"
     on_targets = {u for gpus in targets.values() for u in gpus}
@@ -143,7 +147,8 @@ def test_targets_of_other_shapes_than_the_fronts_steer_new_work_away_but_do_not_
 
 
 def test_the_fronts_shape_holds_one_gpu_in_front_share_while_the_other_shapes_still_steer() -> None:
-    q, ledger = two_wholes_and_a_half_waiting()  # FRONT_SHARE 8: the front's shape holds 1 of the 8 GPUs
+    """The what-if ``single=share``: a front of one GPU's shape holds one GPU in ``front`` (1 of these 8)."""
+    q, ledger = two_wholes_and_a_half_waiting(single="share")  # FRONT_SHARE 8: its shape holds 1 of the 8 GPUs
     targets = gpus_of(q)
     assert set(targets) == {"w0", "half"} and strategy(q).front() == "w0"  # w1 is past the front's share
     why = by_claim(q, 5)
@@ -171,7 +176,7 @@ def test_worst_on_lets_the_fronts_shape_hold_its_share_only_while_its_product_wa
         worst: bool, halves: float, held: set[str]) -> None:
     """The what-if ``worst=on`` (``front_worst``): the front's shape holds one GPU in ``front`` only while its
     product's recent p99 wait is the longest; else only the front's own target, and the next claim is told why."""
-    q, ledger = two_wholes_and_a_half_waiting(front_share=4, worst=worst,
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4, worst=worst, single="share",  # it has a share
                                               lately={"v100-100": 1200.0, "v100-50": halves})
     assert set(gpus_of(q)) == held | {"half"} and strategy(q).front() == "w0"
     why = by_claim(q, 5)
@@ -186,19 +191,26 @@ def test_worst_on_lets_the_fronts_shape_hold_its_share_only_while_its_product_wa
     checked(q)
 
 
-@pytest.mark.parametrize(("own", "held"), [
-    (True, {"w0"}),  # single=own: a front of one GPU holds its own target alone
-    (False, {"w0", "w1"}),  # share (the default): its shape holds one GPU in front=4, two of the 8
+ONLY_OWN = "claims asking for the same GPUs hold only the longest-waiting one's drain target"
+
+
+@pytest.mark.parametrize(("single", "limits", "held", "told"), [
+    ("sure", True, {"w0", "w1"}, None),  # the default: declared ends free the front's target, its shape's share
+    ("sure", False, {"w0"}, f"{ONLY_OWN} until the pods on its GPUs declare runtimes"),  # no ends: its own alone
+    ("own", True, {"w0"}, ONLY_OWN),  # single=own: its own alone, ends or not
+    ("share", False, {"w0", "w1"}, None),  # single=share: the share, ends or not
 ])
-def test_single_own_lets_a_front_of_one_gpu_hold_only_its_own_target(own: bool, held: set[str]) -> None:
-    """The what-if ``single=own`` (``single_own``): whatever ``front`` says, the shape of a front of one GPU holds
-    the front's own target only, and the next claim of it is told so."""
-    q, ledger = two_wholes_and_a_half_waiting(front_share=4, own=own)
+def test_single_sets_what_the_shape_of_a_front_of_one_gpu_holds(single: str, limits: bool, held: set[str],
+                                                               told: str | None) -> None:
+    """``single_front`` (``single=``): the shape of a front of one GPU holds one GPU in ``front`` (4: two of these
+    8) while declared ends free the front's own target (sure, the default), always (share), or never (own); else
+    the front's own target alone, and the next claim of it is told so."""
+    q, ledger = two_wholes_and_a_half_waiting(front_share=4, single=single, limits=limits)
     assert set(gpus_of(q)) == held | {"half"} and strategy(q).front() == "w0"
+    assert strategy(q).drain.front_declared() == limits
     why = by_claim(q, 5)
-    if own:
-        assert why["w1"].reason == NO_CAPACITY and why["w1"].message.endswith(
-            "claims asking for the same GPUs hold only the longest-waiting one's drain target"), why["w1"].message
+    if told is not None:
+        assert why["w1"].reason == NO_CAPACITY and why["w1"].message.endswith(told), why["w1"].message
     else:
         assert why["w1"].reason == WAITING_FOR_RESERVATION
     no_holds_left(ledger)
@@ -207,10 +219,10 @@ def test_single_own_lets_a_front_of_one_gpu_hold_only_its_own_target(own: bool, 
 
 def test_single_own_leaves_a_front_of_several_cards_its_share() -> None:
     """``single=own`` caps fronts of one GPU only: two pairs on 8 GPUs with ``front=2`` (4 GPUs, two targets) and
-    no spare limit both hold, as without it."""
+    no spare limit both hold, no runtime declared, as under ``single=share``."""
     ledger = ledger_with(4, 4)
     q = wf_queue(ledger, max_drain_targets=4,
-                 worst_first=WorstFirstSettings(front_share=2, spare_window=None, single_own=True))
+                 worst_first=WorstFirstSettings(front_share=2, spare_window=None, single_front="own"))
     a_quarter_free_on_each(q, ledger)
     q.arrive(claim("p0", W2, at=0.0))
     q.arrive(claim("p1", W2, at=1.0))
@@ -233,7 +245,8 @@ def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_o
     its own. The front's share and its hold cover every claim asking the GPUs it asks (``gpu_ask``): before,
     a whole card asking another CPU got a target of its own, past the share, and steered beside the front's."""
     ledger = zoned_ledger()
-    q = wf_queue(ledger, max_drain_targets=4)  # FRONT_SHARE 8: what the front asks holds 1 of the 8 GPUs
+    share = WorstFirstSettings(single_front="share")  # what the front asks holds 1 of the 8 GPUs
+    q = wf_queue(ledger, max_drain_targets=4, worst_first=share)
     a_quarter_free_on_each(q, ledger, limits=True)
     other_cpu = replace(W, cpu_milli=4000, host_memory_mib=8192)
     pinned = replace(W, constraints=NodeConstraints(node_selector=(("zone", "b"),)))  # n1 only
@@ -249,7 +262,7 @@ def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_o
         assert why[name].message.endswith("the drain targets of claims asking for the same GPUs, one GPU in 8 at "
                                           "most, go to longer-waiting ones"), why[name].message
     # a wider share: each gets a target of its own, and all three are held with the front's (none steers)
-    q2 = wf_queue(zoned_ledger(), max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2))
+    q2 = wf_queue(zoned_ledger(), max_drain_targets=4, worst_first=replace(share, front_share=2))
     a_quarter_free_on_each(q2, q2.ledger, limits=True)
     for i, (name, r) in enumerate((("w0", W), ("w-cpu", other_cpu), ("w-pinned", pinned))):
         q2.arrive(claim(name, r, at=float(i)))
@@ -257,10 +270,17 @@ def test_claims_asking_the_fronts_gpus_share_its_hold_whatever_host_cpu_memory_o
     assert {c: e.reason for c, e in by_claim(q2, 5).items()} == dict.fromkeys(
         ("w0", "w-cpu", "w-pinned"), WAITING_FOR_RESERVATION)
     assert gpus_of(q2)["w-pinned"][0].startswith("n1-")  # each target still fits its own claim's node
-    no_holds_left(ledger)
-    no_holds_left(q2.ledger)
-    checked(q)
-    checked(q2)
+    # the default (single=sure), no runtime declared: the front's own target alone, for every claim asking its GPUs
+    q3 = wf_queue(zoned_ledger(), max_drain_targets=4)
+    a_quarter_free_on_each(q3, q3.ledger)
+    for i, (name, r) in enumerate((("w0", W), ("w-cpu", other_cpu), ("w-pinned", pinned), ("half", H))):
+        q3.arrive(claim(name, r, at=float(i)))
+    assert q3.admit(5) == [] and set(gpus_of(q3)) == {"w0", "half"}
+    for name in ("w-cpu", "w-pinned"):
+        assert by_claim(q3, 5)[name].message.endswith(f"{ONLY_OWN} until the pods on its GPUs declare runtimes")
+    for x in (q, q2, q3):
+        no_holds_left(x.ledger)
+        checked(x)
 
 
 @pytest.mark.parametrize("spare", [SPARE_WINDOW, None])
@@ -269,7 +289,9 @@ def test_a_multi_card_fronts_shape_holds_at_most_the_gpus_spare_lately(spare: fl
     their shape hold 4 GPUs, two targets. From the second step on (the first observes the spare capacity) it
     holds 2, the front's own target only, and the second pair is told why; with ``spare=off`` (None) both hold."""
     ledger = ledger_with(4, 4)
-    q = wf_queue(ledger, max_drain_targets=4, worst_first=WorstFirstSettings(front_share=2, spare_window=spare))
+    # single=share, so that the single-GPU fronts below have a share for the spare limit to leave alone
+    q = wf_queue(ledger, max_drain_targets=4,
+                 worst_first=WorstFirstSettings(front_share=2, spare_window=spare, single_front="share"))
     a_quarter_free_on_each(q, ledger)
     q.arrive(claim("p0", W2, at=0.0))
     q.arrive(claim("p1", W2, at=1.0))

@@ -37,8 +37,9 @@ def test_admission_settings_parse_into_a_choice() -> None:
     assert parse_admission("worst-first:idle=off").worst_first == WorstFirstSettings(hold_idle=math.inf)
     assert parse_admission("worst-first:worst=on").worst_first == WorstFirstSettings(front_worst=True)
     assert parse_admission("worst-first:worst=off").worst_first == WorstFirstSettings()
-    assert parse_admission("worst-first:single=own").worst_first == WorstFirstSettings(single_own=True)
-    assert parse_admission("worst-first:single=share").worst_first == WorstFirstSettings()
+    assert parse_admission("worst-first:single=sure").worst_first == WorstFirstSettings()  # the default
+    assert parse_admission("worst-first:single=own").worst_first == WorstFirstSettings(single_front="own")
+    assert parse_admission("worst-first:single=share").worst_first == WorstFirstSettings(single_front="share")
     assert parse_admission("worst-first").worst_first is None  # None: worst-first's defaults
     for bad, says in [("nope", "unknown admission policy"), ("drain-soonest:heads", "must look like key=value"),
                       ("drain-soonest:heads=0", "whole number >= 1"), ("aging-guard:T=soon", "duration")]:
