@@ -195,7 +195,7 @@ class DrainSoonest:
 
     def front_declared(self) -> bool:
         """After the last step: whether the declared ends of the claims on a target of the front's alone free it
-        (its ``drains_by`` is known); False without a front."""
+        (its ``drains_by`` is known); False without a front, or for a front of several cards."""
         return self._front_declared
 
     def front_pending(self) -> float | None:
@@ -253,6 +253,7 @@ class _Step:
         self._sat: dict[Request, bool] = {}
         self.strict = strategy.holding.strict
         self._pending: tuple[tuple[int, int, int], float | None] | None = None  # memo of _front_horizon
+        self._declared: tuple[tuple[int, int, int], bool] | None = None  # memo of _front_declared
 
     def run(self) -> list[Admission]:
         self._starving_pass()
@@ -267,7 +268,7 @@ class _Step:
         self.s._heads = self._shown()
         self.s._front = self.front if self.front is not None and self.heads.get(self.front) else None
         self.s._front_pending = self._front_horizon() if self.s._front is not None else None
-        self.s._front_declared = self.s._front is not None and self._front_declared()
+        self.s._front_declared = self.s._front is not None and self._front_declared(self.s._front)
         return self.out
 
     # ---- the pools ---------------------------------------------------------------------------------
@@ -373,7 +374,7 @@ class _Step:
             if not self.s.holding.may_head(v, w):
                 continue  # not yet (its shape's later claims waited less)
             if self._of_front(r) and past_front_share(self._front_heads(), r,
-                                                      self.s.holding.front_cap(v, r, self._front_declared())):
+                                                      self.s.holding.front_cap(v, r, self._front_declared(r))):
                 continue  # the front's ask already holds its share; the front itself always holds
             if r not in self.guarded:  # from its shape's first head on, its pool takes nothing new
                 self.guarded.add(r)
@@ -400,9 +401,18 @@ class _Step:
         """This step's heads asking for what the front asks."""
         return sum(len(heads) for shape, heads in self.heads.items() if self._of_front(shape))
 
-    def _front_declared(self) -> bool:
-        """Do the declared ends alone free a target of the front's (rescored now: ``drains_by`` known)?"""
-        return any(self._rescored(shape, p.target).drains_by is not None for shape, p in self._front_pools())
+    def _front_declared(self, r: Request) -> bool:
+        """For a front of one GPU (``r``, its shape): do the declared ends alone free a target of the front's
+        (rescored now: ``drains_by`` known)? False for several cards, which no holding asks. Memoised per step
+        until an admission or a lift changes the GPUs."""
+        if r.count > 1:
+            return False
+        key = (len(self.out), self.holds.lifted, len(self._front_pools()))
+        if self._declared is not None and self._declared[0] == key:
+            return self._declared[1]
+        declared = any(self._rescored(shape, p.target).drains_by is not None for shape, p in self._front_pools())
+        self._declared = (key, declared)
+        return declared
 
     def _front_pools(self) -> list[tuple[Request, _Pooled]]:
         """The targets of the heads asking for what the front asks, each with its shape."""
