@@ -471,15 +471,6 @@ def _or_off(read: Callable[[str], float], off: str, means: float | None) -> Call
     return parse
 
 
-def either(yes: str, no: str) -> Callable[[str], bool]:
-    """A reader of the word ``yes`` (True) or ``no`` (False); anything else is refused with what it takes."""
-    def parse(value: str) -> bool:
-        if value.strip() not in (yes, no):
-            raise argparse.ArgumentTypeError(f"must be {yes} or {no}, got {value!r}")
-        return value.strip() == yes
-    return parse
-
-
 def one_of(*words: str) -> Callable[[str], str]:
     """A reader of one of ``words``; anything else is refused with what it takes."""
     def parse(value: str) -> str:
@@ -487,6 +478,12 @@ def one_of(*words: str) -> Callable[[str], str]:
             raise argparse.ArgumentTypeError(f"must be {', '.join(words[:-1])} or {words[-1]}, got {value!r}")
         return value.strip()
     return parse
+
+
+def either(yes: str, no: str) -> Callable[[str], bool]:
+    """A reader of the word ``yes`` (True) or ``no`` (False): ``one_of`` the two, refused alike."""
+    read = one_of(yes, no)
+    return lambda value: read(value) == yes
 
 
 # worst-first's keys: the WorstFirstSettings field each sets, and how its value reads
